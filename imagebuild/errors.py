@@ -1,0 +1,101 @@
+"""The one exception tree of imagebuild.
+
+Library code raises these and never prints or exits; ``imagebuild.cli`` turns each into
+one clear line per problem (file, key or step; what was expected) and exit code 2.
+A failed validation check is data, not an exception (exit code 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ImagebuildError(Exception):
+    """Base class: every expected failure. ``str()`` is the user-facing message."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in an input file, with its location."""
+
+    file: Path | str
+    line: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else f"{self.file}"
+        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+class RecipeError(ImagebuildError):
+    """A recipe (or a file it extends) is invalid; carries every problem found at once."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class RecipeNotFound(ImagebuildError):
+    pass
+
+
+class LockError(ImagebuildError):
+    """Locking failed or a lock is missing, stale or inconsistent."""
+
+
+class WheelIndexError(ImagebuildError):
+    """The wheel index could not be read or does not hold what the recipe asks for."""
+
+
+class DownloadError(ImagebuildError):
+    """A download failed after retries, or its bytes do not match the pinned hash."""
+
+
+class HashMismatch(DownloadError):
+    pass
+
+
+class SourceError(ImagebuildError):
+    """A git repository or source archive could not be resolved."""
+
+
+class RenderError(ImagebuildError):
+    pass
+
+
+class StaleFile(ImagebuildError):
+    """A generated, committed file does not match what its inputs produce now."""
+
+
+class EngineError(ImagebuildError):
+    """The container engine (docker, podman) is missing, unreachable or failed."""
+
+
+class BuildError(ImagebuildError):
+    """An image build failed; names the failing step and carries the tail of its output."""
+
+    def __init__(self, message: str, step: str | None = None, log_tail: str = "",
+                 log_path: Path | None = None):
+        self.step = step
+        self.log_tail = log_tail
+        self.log_path = log_path
+        parts = [message]
+        if step:
+            parts.append(f"failing step: {step}")
+        if log_tail:
+            parts.append(log_tail.rstrip())
+        if log_path:
+            parts.append(f"full log: {log_path}")
+        super().__init__("\n".join(parts))
+
+
+class SquashError(ImagebuildError):
+    pass
+
+
+class ValidateError(ImagebuildError):
+    """The validation suite could not run (not: a check failed, which is a result)."""
