@@ -1,0 +1,79 @@
+"""Command-line entry point: argument parsing and the one error handler.
+
+Every expected failure is an ``ImagebuildError``; it becomes one line per problem on
+stderr and exit code 2. Ctrl-C exits 130 with one line. Tracebacks are reserved for bugs
+(set IMAGEBUILD_DEBUG=1 to see one for an expected error too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from imagebuild import __version__
+from imagebuild.commands import COMMANDS
+from imagebuild.errors import ImagebuildError, RecipeError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="imagebuild",
+        description="Build, convert and validate ROCm PyTorch container images.",
+    )
+    parser.add_argument("--version", action="version", version=f"imagebuild {__version__}")
+    parser.add_argument(
+        "-C", "--project", metavar="DIR", default=None,
+        help="project directory holding recipes/, dockerfiles/, envs/ and ci/ "
+             "(default: $IMAGEBUILD_PROJECT or the current directory)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"imagebuild.commands.{name}")
+        except ModuleNotFoundError as exc:  # a command not written yet in this checkout
+            if exc.name == f"imagebuild.commands.{name}":
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def report_error(exc: ImagebuildError) -> None:
+    """Problems in input files: one line each. Other errors: one line, then detail indented."""
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    if isinstance(exc, RecipeError):
+        for line in lines:
+            print(f"error: {line}", file=sys.stderr)
+        return
+    print(f"error: {lines[0]}", file=sys.stderr)
+    for line in lines[1:]:
+        print(f"  {line}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    if args.project:
+        os.environ["IMAGEBUILD_PROJECT"] = args.project
+    try:
+        return int(args.func(args) or 0)
+    except ImagebuildError as exc:
+        if os.environ.get("IMAGEBUILD_DEBUG"):
+            raise
+        report_error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("imagebuild: interrupted; nothing half-written was kept", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 141
+
+
+if __name__ == "__main__":
+    sys.exit(main())
