@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from imagebuild import __version__
 from imagebuild.commands import COMMANDS
-from imagebuild.errors import ImagebuildError, RecipeError
+from imagebuild.errors import ImagebuildError, RecipeError, StaleFile
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def report_error(exc: ImagebuildError) -> None:
-    """Problems in input files: one line each. Other errors: one line, then detail indented."""
+    """Problems in files: one line each. Other errors: one line, then detail indented."""
     lines = str(exc).splitlines() or [type(exc).__name__]
-    if isinstance(exc, RecipeError):
+    if isinstance(exc, (RecipeError, StaleFile)):
         for line in lines:
             print(f"error: {line}", file=sys.stderr)
         return

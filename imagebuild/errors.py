@@ -27,8 +27,17 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else f"{self.file}"
+        where = f"{display_path(self.file)}:{self.line}" if self.line \
+            else display_path(self.file)
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+def display_path(path: Path | str) -> str:
+    """Relative to the working directory when below it: short, clickable messages."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 class RecipeError(ImagebuildError):

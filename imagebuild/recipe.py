@@ -133,8 +133,8 @@ def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[Pa
         parent_path = current.parent / f"{parent.removesuffix(RECIPE_SUFFIX)}{RECIPE_SUFFIX}"
         if not parent_path.is_file():
             problems.append(Problem(current, origins[("extends",)].line, "extends",
-                                    f"parent recipe {parent_path.name!r} not found in "
-                                    f"{current.parent}"))
+                                    f"parent recipe {parent_path.name!r} not found beside "
+                                    f"{current.name}"))
             break
         current = parent_path
     return chain
@@ -362,8 +362,8 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
             if key not in what:
                 problem((section, key), f"missing (required when {section}.enabled is true)")
     if hip.get("enabled") and not data["gpu_targets"]:
-        problem(("gpu_targets",), "must list the GPU targets to build hipBLASLt for "
-                                  "(building for all targets takes hours)")
+        problem(("hipblaslt", "enabled"), "needs gpu_targets to list the GPUs to build "
+                "hipBLASLt for (building for every target takes hours)")
     if plugin.get("enabled"):
         libfabric = plugin.get("libfabric") or {}
         for key in ("version", "url"):

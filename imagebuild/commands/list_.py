@@ -1,0 +1,35 @@
+"""`imagebuild list`: recipes with ROCm version, Python, torch version and lock status."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from imagebuild.lock import lock_status
+from imagebuild.recipe import load_all
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("list", help="list recipes and their lock status")
+    parser.set_defaults(func=run)
+
+
+def format_table(rows: list[tuple[str, ...]]) -> str:
+    """Plain aligned columns: full values even in a pipe or a narrow CI log."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+                     for row in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    recipes, errors = load_all()
+    rows = [("RECIPE", "ROCM", "PYTHON", "TORCH", "GPU TARGETS", "LOCK")]
+    for recipe in recipes:
+        rows.append((recipe.name, recipe.rocm or "cpu-only", recipe.python,
+                     recipe.wheels.version_of("torch") or "-",
+                     ",".join(recipe.gpu_targets) or "-", lock_status(recipe).state))
+    print(format_table(rows))
+    for error in errors:
+        for problem in error.problems:
+            print(f"error: {problem}", file=sys.stderr)
+    return 2 if errors else 0

@@ -1,0 +1,56 @@
+"""`imagebuild lock [RECIPE...]` writes locks; `--check` verifies them offline (CI)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from imagebuild.lock import LockOptions, check_locks, lock_recipe, parse_mirrors
+from imagebuild.recipe import load_all, load_recipe
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "lock", help="resolve recipes against the wheel index and write their locks")
+    parser.add_argument("recipes", nargs="*", metavar="RECIPE",
+                        help="recipe names or paths (default for --check: all)")
+    parser.add_argument("--check", action="store_true",
+                        help="offline: fail when a lock is stale or broken (CI)")
+    parser.add_argument("--strict", action="store_true",
+                        help="with --check: an unlocked recipe is fatal too")
+    parser.add_argument("--index-url", help="wheel index URL or directory for the ROCm wheels "
+                        "(default: the recipe's; env IMAGEBUILD_WHEEL_INDEX)")
+    parser.add_argument("--pypi-url", help="PyPI mirror for dependencies "
+                        "(env IMAGEBUILD_PYPI_INDEX)")
+    parser.add_argument("--git-mirror", action="append", default=[], metavar="FROM=TO",
+                        help="rewrite source repository URL prefixes (env "
+                             "IMAGEBUILD_GIT_MIRRORS, ';'-separated)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.check:
+        recipes = [load_recipe(name) for name in args.recipes]
+        if not args.recipes:
+            recipes, errors = load_all()
+            if errors:
+                raise errors[0]
+        statuses = check_locks(recipes, strict=args.strict)
+        for status in statuses:
+            note = "" if status.state == "locked" else \
+                f" (run `imagebuild lock {status.recipe}` where the index is reachable)"
+            print(f"{status.recipe}: {status.state}{note}")
+        return 0
+    if not args.recipes:
+        print("error: name the recipes to lock (locking reaches the network)", file=sys.stderr)
+        return 2
+    options = LockOptions.from_env(
+        index_url=args.index_url, pypi_url=args.pypi_url,
+        git_mirrors=dict(parse_mirrors(";".join(args.git_mirror))))
+    for name in args.recipes:
+        recipe = load_recipe(name)
+        lock = lock_recipe(recipe, options,
+                           progress=lambda msg: print(f"  {msg}", file=sys.stderr))
+        print(f"{recipe.name}: locked {len(lock.wheels)} wheels, base {lock.base_image_pinned}"
+              f" -> {lock.path}")
+    return 0

@@ -1,0 +1,116 @@
+"""Loading, merging and hashing of valid recipes, including the shipped ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from imagebuild.errors import RecipeNotFound
+from imagebuild.recipe import load_recipe, recipe_names
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = recipe_names(ROOT)
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+PARENT = """\
+version: 1
+rocm: 7.0.2
+base_image: rocm/dev-ubuntu-24.04:7.0.2-complete
+wheels:
+  packages:
+    torch: 2.8.0+rocm7.0.2.lw.git245bf6ed
+    triton: 3.4.0+rocm7.0.2.gitf9e5bf54
+  pypi: [numpy]
+gpu_targets: [gfx90a, gfx942]
+env:
+  KEEP: "1"
+  DROP: "2"
+labels:
+  org.example.a: b
+"""
+
+
+def test_shipped_recipes_cover_the_three_rocm_releases() -> None:
+    assert {"rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1"} <= set(SHIPPED)
+    for name in SHIPPED:
+        recipe = load_recipe(name, ROOT)
+        assert recipe.python == "3.12"
+        assert recipe.wheels.version_of("torch"), name
+        assert recipe.rocm and recipe.rocm in recipe.wheels.version_of("torch")
+        assert recipe.wheels.index_url.endswith(f"rocm-rel-{recipe.rocm}/")
+        assert recipe.hipblaslt.enabled and recipe.gpu_targets
+        assert "all" not in recipe.gpu_targets
+
+
+def test_new_rocm_release_is_a_short_file() -> None:
+    text = (ROOT / "recipes" / "rocm-7.0.2.yaml").read_text()
+    assert len([line for line in text.splitlines() if line.strip()]) <= 15
+
+
+def test_extends_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
+    write(tmp_path, "_parent", PARENT)
+    child = write(tmp_path, "child", """\
+version: 1
+extends: _parent
+wheels:
+  packages:
+    triton: null
+    torchvision: 0.24.0+rocm7.0.2.gitb919bd0c
+gpu_targets: [gfx950]
+env:
+  DROP: null
+  ADD: "3"
+""")
+    recipe = load_recipe(str(child))
+    assert dict(recipe.wheels.pinned) == {
+        "torch": "2.8.0+rocm7.0.2.lw.git245bf6ed",
+        "torchvision": "0.24.0+rocm7.0.2.gitb919bd0c"}
+    assert recipe.wheels.extra == ("numpy",)
+    assert recipe.gpu_targets == ("gfx950",)
+    assert dict(recipe.env) == {"KEEP": "1", "ADD": "3"}
+    assert recipe.sources == (child, tmp_path / "_parent.yaml")
+    assert recipe.name == "child"
+
+
+def test_defaults_fill_switches(tmp_path: Path) -> None:
+    recipe = load_recipe(str(write(tmp_path, "r", PARENT)))
+    assert recipe.python == "3.12"
+    assert not recipe.hipblaslt.enabled and not recipe.network_plugin.enabled
+    assert recipe.dockerfile_syntax == "docker/dockerfile:1.7"
+    assert recipe.wheels.index_url == \
+        "https://repo.radeon.com/rocm/manylinux/rocm-rel-7.0.2/"
+
+
+def test_env_and_labels_change_the_input_hash_but_not_the_lock(tmp_path: Path) -> None:
+    base = load_recipe(str(write(tmp_path, "a", PARENT)))
+    env_changed = load_recipe(str(write(tmp_path, "b", PARENT.replace('KEEP: "1"',
+                                                                      'KEEP: "9"'))))
+    pin_changed = load_recipe(str(write(tmp_path, "c", PARENT.replace("git245bf6ed",
+                                                                      "git00000000"))))
+    assert env_changed.input_hash() != base.input_hash()
+    assert env_changed.lock_input_hash() == base.lock_input_hash()
+    assert pin_changed.lock_input_hash() != base.lock_input_hash()
+
+
+def test_hash_is_stable_across_key_order(tmp_path: Path) -> None:
+    head, tail = PARENT.split("env:\n")
+    reordered = "env:\n" + tail + head  # same keys and values, env block first
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    a = load_recipe(str(write(tmp_path / "one", "r", PARENT)))
+    b = load_recipe(str(write(tmp_path / "two", "r", reordered)))
+    assert a.input_hash() == b.input_hash()
+
+
+def test_unknown_recipe_name_suggests_the_closest(tmp_path: Path) -> None:
+    (tmp_path / "recipes").mkdir()
+    write(tmp_path / "recipes", "rocm-7.0.2", PARENT)
+    with pytest.raises(RecipeNotFound, match="did you mean 'rocm-7.0.2'"):
+        load_recipe("rocm-7.0.3", tmp_path)
