@@ -26,18 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from imagebuild.errors import LockError, SourceError, StaleFile
+from imagebuild.index import WheelIndex, supported_tags
 from imagebuild.lockfile import header, lock_path, read_lock, tool_table
 from imagebuild.model import Lock, LockedArchive, LockedGit, Recipe
 
 #: Ubuntu 24.04 (the ROCm base images) has glibc 2.39; manylinux_2_28 wheels run there, and
 #: repo.radeon.com tags its wheels plain linux_x86_64.
 TARGET_PLATFORM = "x86_64-manylinux_2_28"
-_PLATFORM_TAGS = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)] + [
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+WHEEL_PLATFORM = "manylinux_2_28_x86_64"
 
 Progress = Callable[[str], None]
 
@@ -92,7 +92,7 @@ def mirrored(url: str, mirrors: Mapping[str, str]) -> str:
 def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
                 progress: Progress = lambda _: None) -> Lock:
     """Resolve, pin and write the recipe's lock atomically; returns what it pins."""
-    from imagebuild.index import DownloadCache, WheelIndex
+    from imagebuild.download import DownloadCache
 
     options = options or LockOptions.from_env()
     path = lock_path(recipe)
@@ -110,12 +110,17 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
             progress(f"wheel {found.filename}")
             known = previous.get(found.filename)
             cached = cache.fetch(found.url, expected_sha256=known)
-            cache.link_into(cached, links, found.filename)
+            cached.link_into(links, found.filename)
             pinned[canonicalize_name(name)] = {
                 "url": found.url, "size": cached.size, "sha256": cached.sha256}
         progress("resolving dependencies with uv")
         compiled = _uv_compile(recipe, links, Path(tmp), options)
     packages = _pin_wheels(compiled, pinned, recipe.python)
+    for package in packages:
+        wheel = package["wheels"][0]
+        if wheel.get("size") is None:  # plain PEP 503 mirrors publish no sizes
+            wheel["size"] = cache.fetch(wheel["url"],
+                                        expected_sha256=wheel["hashes"]["sha256"]).size
 
     hipblaslt = network_plugin = None
     libfabric = None
@@ -178,7 +183,9 @@ def _uv_compile(recipe: Recipe, links: Path, tmp: Path, options: LockOptions) ->
     ]
     if options.pypi_url:
         command += ["--index-url", options.pypi_url]
-    env = {**os.environ, "UV_NO_CONFIG": "1"}
+    # Resolution needs no interpreter of the target version (wheels only, metadata from the
+    # index), so uv must not try to download one: that stalls for seconds offline.
+    env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
     try:
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
     except subprocess.TimeoutExpired:
@@ -200,17 +207,11 @@ def uv_binary() -> str:
         return "uv"
 
 
-def supported_tags(python: str) -> list[Tag]:
-    major, minor = (int(x) for x in python.split(".")[:2])
-    return [*cpython_tags((major, minor), platforms=_PLATFORM_TAGS),
-            *compatible_tags((major, minor), platforms=_PLATFORM_TAGS)]
-
-
 def _pin_wheels(compiled: dict[str, Any], pinned: dict[str, dict[str, Any]],
                 python: str) -> list[dict[str, Any]]:
     """One wheel per package: the index file for pinned wheels, the best-matching PyPI wheel
     for the rest. sdists are dropped: the image installs wheels only."""
-    ranking = {tag: rank for rank, tag in enumerate(supported_tags(python))}
+    ranking = {tag: rank for rank, tag in enumerate(supported_tags(python, WHEEL_PLATFORM))}
     packages = []
     for package in compiled.get("packages", []):
         name = canonicalize_name(package["name"])
