@@ -1,0 +1,7 @@
+"""``python -m imagebuild`` is the ``imagebuild`` command."""
+
+import sys
+
+from imagebuild.cli import main
+
+sys.exit(main())
