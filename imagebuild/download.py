@@ -137,6 +137,10 @@ class _Final(Exception):
     """A failure no retry can fix (4xx, size differs from the pin); str() is the reason."""
 
 
+class _PinMismatch(_Final):
+    """The server's file is not the pinned one (its size differs): raised as HashMismatch."""
+
+
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, requests.exceptions.SSLError):  # a certificate does not fix itself
         return False
@@ -194,8 +198,10 @@ class HttpClient:
         p = self.policy
         return tenacity.Retrying(
             stop=tenacity.stop_after_attempt(p.attempts),
-            wait=tenacity.wait_exponential_jitter(initial=p.backoff, max=p.backoff_max,
-                                                  jitter=p.backoff),
+            # backoff * 2**n plus jitter up to one backoff, so that parallel clients spread
+            # (spelled out: wait_exponential_jitter's arguments changed across tenacity 8/9).
+            wait=tenacity.wait_exponential(multiplier=p.backoff, max=p.backoff_max)
+            + tenacity.wait_random(0, p.backoff),
             retry=tenacity.retry_if_exception(_is_transient),
             reraise=True,
             sleep=self._sleep,
@@ -213,7 +219,8 @@ class HttpClient:
                 urllib3.exceptions.HTTPError) as exc:
             reason = _describe(exc, self.policy)
             tries = f" after {attempts} attempts" if attempts > 1 else ""
-            raise error(f"{what} {url}: {reason}{tries}") from exc
+            kind = HashMismatch if isinstance(exc, _PinMismatch) else error
+            raise kind(f"{what} {url}: {reason}{tries}") from exc
         except OSError as exc:  # local, e.g. the cache disk is full: not retried
             raise error(f"{what} {url}: {exc.strerror or exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -263,8 +270,8 @@ class HttpClient:
             transfer.total = total
             if total is not None and transfer.expected_size is not None \
                     and total != transfer.expected_size:
-                raise _Final(f"server sends {total} bytes, the pin says {transfer.expected_size}"
-                             f" (the file changed upstream)")
+                raise _PinMismatch(f"server sends {total} bytes, the pin says"
+                                   f" {transfer.expected_size} (the file changed upstream)")
             transfer.validator = _range_validator(resp)
             try:
                 for chunk in resp.raw.stream(CHUNK_SIZE, decode_content=False):
@@ -345,7 +352,7 @@ class _Transfer:
     def write(self, chunk: bytes) -> None:
         limit = self.total if self.total is not None else self.expected_size
         if limit is not None and self.done + len(chunk) > limit:
-            raise _Final(f"server sent more than {limit} bytes")
+            raise _PinMismatch(f"server sent more than {limit} bytes")
         self.sink.write(chunk)
         self.hasher.update(chunk)
         self.done += len(chunk)

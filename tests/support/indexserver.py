@@ -32,6 +32,7 @@ import random
 import re
 import socket
 import struct
+import sys
 import threading
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -98,7 +99,7 @@ class Fault:
         return cls("truncate", times=times, after_bytes=after_bytes)
 
     @classmethod
-    def corrupt(cls, times: int | None = None) -> Fault:
+    def corrupt(cls, times: int | None = 1) -> Fault:
         return cls("corrupt", times=times)
 
 
@@ -150,7 +151,7 @@ class IndexServer:
     # lifecycle
     def start(self) -> Self:
         handler = type("Handler", (_Handler,), {"index": self})
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        httpd = _QuietServer(("127.0.0.1", 0), handler)
         httpd.daemon_threads = True
         httpd.block_on_close = False  # stalled handlers must not hold up stop()
         self._httpd = httpd
@@ -245,6 +246,14 @@ class IndexServer:
                 self._log[position] = dataclasses.replace(self._log[position], status=status)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        # Clients that give up (timeouts, Ctrl-C, hash mismatch) reset their connections:
+        # expected here, not worth a traceback on stderr. Anything else still prints.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 def _normalise(path: str) -> str:
     path = unquote(urlsplit(path).path if "://" in path else path)
     return "/" + path.lstrip("/")
@@ -276,15 +285,20 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         fault = self.index._next_fault(path)
         # Logged on arrival, so a stalled request counts while it stalls; status filled later.
-        entry = self.index._record(LoggedRequest(
+        self._log_position = self.index._record(LoggedRequest(
             method=self.command, path=path, headers=tuple(self.headers.items()),
             fault=fault.kind if fault else None, status=None))
         try:
-            status = self._respond(path, fault, head)
+            self._respond(path, fault, head)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (e.g. its read timeout)
-        else:
-            self.index._set_status(entry, status)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # Logged before any byte leaves: a client that has the answer sees it in the log.
+        position = getattr(self, "_log_position", None)  # None: a malformed request line
+        if position is not None:
+            self.index._set_status(position, code)
+        super().send_response(code, message)
 
     def _respond(self, path: str, fault: Fault | None, head: bool) -> int | None:
         if fault is not None and fault.kind == "status":
@@ -331,10 +345,10 @@ class _Handler(BaseHTTPRequestHandler):
         data = target.read_bytes()
         stat = target.stat()
         etag = f'"{stat.st_size:x}-{stat.st_mtime_ns:x}"'
-        start, status = 0, 200
+        start, end, status = 0, len(data), 200
         wanted = self._range(etag, stat.st_mtime, len(data))
         if wanted is not None:
-            start, status = wanted, 206
+            (start, end), status = wanted, 206
         if fault is not None and fault.kind == "corrupt":
             changed = bytearray(data)
             if changed:
@@ -342,7 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 changed = bytearray(b"\0")
             data = bytes(changed)
-        body = data[start:]
+        body = data[start:end]
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))
@@ -351,7 +365,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.index.ranges:
             self.send_header("Accept-Ranges", "bytes")
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
         self.end_headers()
         if head:
             return status
@@ -363,18 +377,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         return status
 
-    def _range(self, etag: str, mtime: float, size: int) -> int | None:
-        """Start offset of a satisfiable "bytes=N-" range request, honouring If-Range."""
+    def _range(self, etag: str, mtime: float, size: int) -> tuple[int, int] | None:
+        """[start, end) of a satisfiable single-range request (bytes=A-, A-B or -N), honouring
+        If-Range; None means "send the whole file" (RFC 9110 allows ignoring Range)."""
         header = self.headers.get("Range")
         if not self.index.ranges or not header:
             return None
-        match = re.fullmatch(r"bytes=(\d+)-", header.strip())
-        if not match or int(match.group(1)) >= size:
+        match = re.fullmatch(r"bytes=(\d*)-(\d*)", header.strip())
+        if not match or not any(match.groups()):
+            return None
+        first, last = match.groups()
+        if first:
+            start = int(first)
+            end = min(int(last) + 1, size) if last else size
+        else:  # a suffix: the last N bytes
+            start, end = max(0, size - int(last)), size
+        if start >= end:
             return None
         if_range = self.headers.get("If-Range")
         if if_range and if_range not in (etag, email.utils.formatdate(mtime, usegmt=True)):
             return None  # the file changed: the whole file, 200
-        return int(match.group(1))
+        return start, end
 
     def _misbehave(self, fault: Fault, sent: bytes) -> None:
         if sent:
