@@ -1,0 +1,473 @@
+"""Dockerfile -> image (BuildKit via docker, or podman): log, progress, retries, push, digests.
+
+``build_image`` runs one build through an ``Engine`` (imagebuild.engine), streams its output
+to the log file and to a progress callback, retries transient failures (registry pulls,
+index downloads) with backoff and never deterministic ones, and tags the image only after
+the build succeeded: an interrupted or failed build leaves no new tag behind.
+
+Site CA (``--site-ca PATH`` / ``$IMAGEBUILD_SITE_CA``): some networks (the project's own
+CI machines among them) reach PyPI through a TLS-intercepting proxy with a private CA.
+The CA bundle goes in as the BuildKit secret ``site-ca``, mounted only for the RUN steps
+that download (``SITE_CA_RUN_MOUNT`` + ``SITE_CA_SHELL``), so it is never stored in a layer
+and the image is the same with or without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+import requests
+import tenacity
+
+from imagebuild.engine import (
+    BuildRequest,
+    DockerEngine,
+    Engine,
+    is_loopback_registry,
+    split_reference,
+)
+from imagebuild.errors import BuildError, EngineError, SourceError
+from imagebuild.progress import BuildEvent, BuildFailure, BuildLogParser
+
+ProgressCallback = Callable[[BuildEvent], None]
+
+#: BuildKit secret id of the site CA bundle; Dockerfiles mount it at SITE_CA_PATH.
+SITE_CA_SECRET_ID = "site-ca"
+SITE_CA_PATH = f"/run/secrets/{SITE_CA_SECRET_ID}"
+SITE_CA_ENV = "IMAGEBUILD_SITE_CA"
+#: RUN flag for steps that download (pip/uv/curl/git). required=false: builds without a
+#: site CA see no file and keep the image's own CA store.
+SITE_CA_RUN_MOUNT = f"--mount=type=secret,id={SITE_CA_SECRET_ID},required=false"
+#: Shell prefix for such steps: point every downloader at the CA bundle when it is there.
+#: The bundle must be complete (public roots + the private CA, e.g. the host's
+#: /etc/ssl/certs/ca-certificates.crt), since these variables replace the default store.
+SITE_CA_SHELL = (
+    f"if [ -s {SITE_CA_PATH} ]; then export SSL_CERT_FILE={SITE_CA_PATH} "
+    f"REQUESTS_CA_BUNDLE={SITE_CA_PATH} PIP_CERT={SITE_CA_PATH} "
+    f"CURL_CA_BUNDLE={SITE_CA_PATH} GIT_SSL_CAINFO={SITE_CA_PATH} UV_NATIVE_TLS=0; fi;"
+)
+
+#: How many lines of the failing step go into the error message.
+ERROR_TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A built image: the reference to use, the engine's image id, every tag applied."""
+
+    ref: str
+    image_id: str
+    tags: tuple[str, ...]
+    backend: str
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff for transient failures (registry, index downloads)."""
+
+    attempts: int = 3
+    wait_initial_s: float = 10.0
+    wait_max_s: float = 120.0
+
+    def retrying(self, retry_on: type[BaseException]) -> tenacity.Retrying:
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(max(1, self.attempts)),
+            wait=tenacity.wait_exponential(multiplier=self.wait_initial_s,
+                                           max=self.wait_max_s),
+            retry=tenacity.retry_if_exception_type(retry_on),
+            reraise=True,
+        )
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+# --------------------------------------------------------------------------------------
+# Failure classification
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Classification:
+    transient: bool
+    #: the text that decided it (a matched pattern), for the log
+    reason: str
+
+
+# Checked first: failures that a retry cannot fix, even when a network word appears.
+_DETERMINISTIC = [re.compile(p, re.IGNORECASE) for p in (
+    r"dockerfile parse error", r"unknown instruction", r"unknown flag",
+    r"manifest unknown", r": not found$", r"\bnot found: manifest", r"404 (Client Error|Not Found)",
+    r"\bunauthorized\b", r"\bdenied\b", r"authentication required",
+    r"no matching distribution found", r"could not find a version that satisfies",
+    r"do not match the hashes", r"hash mismatch", r"no solution found",
+    r"certificate verify failed", r"x509: certificate", r"invalid reference format",
+)]
+# A registry, index or mirror that did not answer properly this time.
+_TRANSIENT = [re.compile(p, re.IGNORECASE) for p in (
+    r"failed to resolve", r"i/o timeout", r"connection reset", r"connection refused",
+    r"tls handshake timeout", r"net/http: request canceled", r"unexpected eof",
+    r"temporary failure (in name resolution|resolving)", r"server misbehaving",
+    r"no such host", r"could not resolve host", r"toomanyrequests", r"\b429 too many",
+    r"\b50[0234]\b.*(error|gateway|unavailable|time-?out)", r"unexpected (http )?status:? 5\d\d",
+    r"service unavailable", r"bad gateway", r"gateway time-?out",
+    # pip / urllib3 / requests
+    r"readtimeouterror", r"connecttimeouterror", r"connection broken", r"protocolerror",
+    r"incompleteread", r"max retries exceeded", r"remotedisconnected",
+    # uv
+    r"error sending request for url", r"operation timed out", r"request or response body error",
+    r"connection closed before message completed", r"dns error",
+    # apt, curl, git
+    r"failed to fetch .*(connection|timed out|unreachable)", r"could not connect to",
+    r"hash sum mismatch", r"curl: \((6|7|18|28|35|52|56)\)", r"early eof", r"rpc failed",
+)]
+
+
+def classify_failure(text: str) -> Classification:
+    """Transient (retry) or deterministic (stop), from a failing step's tail + error line.
+
+    Pass only the failing step's output and the engine's error, not the whole log:
+    earlier steps may have printed (and survived) a network warning.
+    """
+    for line in text.splitlines():
+        for pattern in _DETERMINISTIC:
+            if pattern.search(line.strip()):
+                return Classification(False, line.strip())
+    for line in text.splitlines():
+        for pattern in _TRANSIENT:
+            if pattern.search(line):
+                return Classification(True, line.strip())
+    return Classification(False, "no network or registry failure in the step's output")
+
+
+# --------------------------------------------------------------------------------------
+# Building
+# --------------------------------------------------------------------------------------
+
+class _TransientBuildFailure(Exception):
+    def __init__(self, error: BuildError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def resolve_site_ca(path: str | os.PathLike | None = None,
+                    environ: Mapping[str, str] | None = None) -> Path | None:
+    """The site CA bundle from ``--site-ca`` or $IMAGEBUILD_SITE_CA (None when neither)."""
+    environ = os.environ if environ is None else environ
+    value = path if path is not None else environ.get(SITE_CA_ENV) or None
+    if value is None:
+        return None
+    where = "--site-ca" if path is not None else SITE_CA_ENV
+    ca = Path(value).expanduser()
+    if not ca.is_file() or ca.stat().st_size == 0:
+        raise BuildError(f"{where} {ca}: expected a non-empty PEM CA bundle file")
+    return ca.resolve()
+
+
+_TLS_TRUST = re.compile(r"certificate verify failed|x509: certificate signed by unknown",
+                        re.IGNORECASE)
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _failure_error(failure: BuildFailure, engine: Engine, log_path: Path,
+                   attempts: int) -> BuildError:
+    tail = [line for line in failure.tail if line.strip() != failure.message.strip()]
+    tail = tail[-ERROR_TAIL_LINES:]
+    after = f" (after {attempts} attempts)" if attempts > 1 else ""
+    message = f"image build failed with {engine.backend}{after}: {_shorten(failure.message, 300)}"
+    if _TLS_TRUST.search(failure.text):
+        message += (f" (a TLS-intercepting proxy? pass its CA bundle with --site-ca PATH "
+                    f"or ${SITE_CA_ENV})")
+    return BuildError(message, step=_shorten(failure.step) if failure.step else None,
+                      log_tail="\n".join(tail), log_path=log_path)
+
+
+def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[str], *,
+                target: str | None = None, build_args: Mapping[str, str] | None = None,
+                secrets: Mapping[str, Path] | None = None,
+                labels: Mapping[str, str] | None = None, network: str | None = "host",
+                log_path: Path, progress: ProgressCallback | None = None,
+                builder: str | None = None, no_cache: bool = False,
+                retry: RetryPolicy = RetryPolicy()) -> ImageRef:
+    """Build ``dockerfile`` in ``context``; tag the result with ``tags`` once it succeeded.
+
+    The full output goes to ``log_path`` (all attempts, appended). Raises BuildError naming
+    the failing step with its output tail; KeyboardInterrupt stops the build and leaves
+    no tag. ``secrets`` maps BuildKit secret ids to files (see SITE_CA_SECRET_ID).
+    """
+    dockerfile, context = Path(dockerfile), Path(context)
+    if not dockerfile.is_file():
+        raise BuildError(f"{dockerfile}: Dockerfile not found")
+    if not context.is_dir():
+        raise BuildError(f"{context}: build context is not a directory")
+    for secret_id, path in (secrets or {}).items():
+        if not Path(path).is_file():
+            raise BuildError(f"build secret {secret_id}: {path} is not a file")
+    if builder:
+        engine = engine.using_builder(builder) if isinstance(engine, DockerEngine) else None
+        if engine is None:
+            raise EngineError(f"--builder {builder}: only valid with the docker backend (buildx)")
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    attempt = 0
+    with open(log_path, "a", encoding="utf-8") as log, \
+            tempfile.TemporaryDirectory(prefix="imagebuild-build-") as tmp:
+        def one_attempt() -> str:
+            nonlocal attempt
+            attempt += 1
+            iidfile = Path(tmp) / f"iid-{attempt}"
+            request = BuildRequest(
+                dockerfile=dockerfile.resolve(), context=context.resolve(), tags=(),
+                target=target, build_args=dict(build_args or {}),
+                secrets={k: Path(v).resolve() for k, v in (secrets or {}).items()},
+                labels=dict(labels or {}), network=network, no_cache=no_cache,
+                iidfile=iidfile)
+            return _run_attempt(engine, request, log, log_path, progress, attempt, retry)
+
+        try:
+            for attempt_state in retry.retrying(_TransientBuildFailure):
+                with attempt_state:
+                    image_id = one_attempt()
+        except _TransientBuildFailure as exc:
+            raise exc.error from None
+        except KeyboardInterrupt:
+            _log(log, "interrupted: build stopped, no image tagged")
+            raise
+        for tag in tags:
+            engine.tag(image_id, tag)
+        _log(log, f"built {image_id}" + (f", tagged {', '.join(tags)}" if tags else ""))
+    return ImageRef(ref=tags[0] if tags else image_id, image_id=image_id, tags=tuple(tags),
+                    backend=engine.backend)
+
+
+def _log(log: IO[str], text: str) -> None:
+    stamp = datetime.now(timezone.utc).strftime  # noqa: UP017 (datetime.UTC is 3.11+)("%Y-%m-%dT%H:%M:%SZ")
+    log.write(f"== imagebuild {stamp}: {text}\n")
+    log.flush()
+
+
+def _run_attempt(engine: Engine, request: BuildRequest, log: IO[str], log_path: Path,
+                 progress: ProgressCallback | None, attempt: int, retry: RetryPolicy) -> str:
+    argv, _env = engine.build_command(request)
+    _log(log, f"attempt {attempt}/{retry.attempts} with {engine.describe()}")
+    log.write("$ " + " ".join(argv) + "\n")
+    parser = BuildLogParser(engine.progress_format)  # type: ignore[arg-type]
+
+    def on_line(line: str) -> None:
+        log.write(line + "\n")
+        for event in parser.feed(line):
+            if progress is not None:
+                progress(event)
+
+    try:
+        result = engine.build(request, on_line=on_line)
+    finally:
+        log.flush()
+    if result.returncode == 0:
+        iidfile = request.iidfile
+        image_id = iidfile.read_text().strip() if iidfile and iidfile.exists() else ""
+        if not image_id:
+            raise BuildError(f"{engine.describe()} reported success but wrote no image id",
+                             log_path=log_path)
+        return image_id if ":" in image_id else f"sha256:{image_id}"
+    failure = parser.failure()
+    verdict = classify_failure(failure.text)
+    error = _failure_error(failure, engine, log_path, attempt)
+    if verdict.transient and attempt < retry.attempts:
+        _log(log, f"transient failure ({_shorten(verdict.reason, 160)}); retrying")
+        raise _TransientBuildFailure(error)
+    _log(log, f"failed (exit {result.returncode}; "
+              f"{'transient' if verdict.transient else 'deterministic'}: "
+              f"{_shorten(verdict.reason, 160)})")
+    raise error
+
+
+# --------------------------------------------------------------------------------------
+# Push
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PushedImage:
+    ref: str
+    digest: str
+
+    @property
+    def pinned(self) -> str:
+        """``registry/name@sha256:...``: what a site config or EDF should reference."""
+        return f"{split_reference(self.ref)[0]}@{self.digest}"
+
+
+def registry_reference(ref: str, registry: str) -> str:
+    """``imagebuild/rocm:abc`` -> ``REGISTRY/imagebuild/rocm:abc`` (a registry in ref is replaced)."""
+    registry = registry.rstrip("/")
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        ref = rest
+    return f"{registry}/{ref}"
+
+
+class _TransientPushFailure(Exception):
+    def __init__(self, error: EngineError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def push_image(engine: Engine, image: ImageRef, registry: str, *,
+               retry: RetryPolicy = RetryPolicy()) -> tuple[PushedImage, ...]:
+    """Tag every tag of ``image`` as REGISTRY/name:tag and push it; returns the digests."""
+    if not registry.strip("/") or registry.startswith("/") or any(c.isspace() for c in registry):
+        raise EngineError(f"--push {registry!r}: expected a registry host[:port][/prefix]")
+    pushed = []
+    for tag in image.tags or (image.ref,):
+        target = registry_reference(tag, registry)
+        engine.tag(image.image_id, target)
+
+        def push_once(target: str = target) -> str:
+            try:
+                return engine.push(target)
+            except EngineError as exc:
+                if classify_failure(str(exc)).transient:
+                    raise _TransientPushFailure(exc) from exc
+                raise
+
+        try:
+            digest = retry.retrying(_TransientPushFailure)(push_once)
+        except _TransientPushFailure as exc:
+            raise exc.error from None
+        pushed.append(PushedImage(target, digest))
+    return tuple(pushed)
+
+
+# --------------------------------------------------------------------------------------
+# Base image digest (for the lock)
+# --------------------------------------------------------------------------------------
+
+_MANIFEST_TYPES = ", ".join((  # noqa: FLY002 (one type per line reads better)
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+))
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ImageName:
+    """A parsed image reference, normalized like docker does (docker.io, library/)."""
+
+    registry: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, ref: str) -> ImageName:
+        rest, _, digest = ref.partition("@")
+        first, slash, remainder = rest.partition("/")
+        if slash and ("." in first or ":" in first or first == "localhost"):
+            registry, path = first, remainder
+        else:
+            registry, path = "docker.io", rest
+        repository, tag = split_reference(path)
+        if not repository or not re.fullmatch(r"[a-z0-9]+(?:[._\-/][a-z0-9]+)*", repository):
+            raise SourceError(f"image reference {ref!r}: invalid repository name")
+        if registry == "docker.io" and "/" not in repository:
+            repository = f"library/{repository}"
+        if digest and not _DIGEST.match(digest):
+            raise SourceError(f"image reference {ref!r}: digest must be sha256:<64 hex>")
+        return cls(registry, repository, tag or (None if digest else "latest"), digest or None)
+
+    @property
+    def api_base(self) -> str:
+        host = "registry-1.docker.io" if self.registry == "docker.io" else self.registry
+        scheme = "http" if is_loopback_registry(host) else "https"
+        return f"{scheme}://{host}/v2"
+
+
+class _TransientRegistryError(Exception):
+    pass
+
+
+def _bearer_token(challenge: str, session: requests.Session, timeout: float) -> str | None:
+    """Anonymous token for a ``WWW-Authenticate: Bearer realm=...`` challenge (Docker Hub)."""
+    if not challenge.lower().startswith("bearer "):
+        return None
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    realm = params.pop("realm", None)
+    if not realm:
+        return None
+    response = session.get(realm, params=params, timeout=timeout)
+    if response.status_code >= 500:
+        raise _TransientRegistryError(f"token service {realm}: HTTP {response.status_code}")
+    if response.status_code != 200:
+        return None
+    body = response.json()
+    return body.get("token") or body.get("access_token")
+
+
+def resolve_image_digest(ref: str, *, session: requests.Session | None = None,
+                         timeout: float = 30.0, retry: RetryPolicy = RetryPolicy(
+                             attempts=4, wait_initial_s=2.0, wait_max_s=30.0)) -> str:
+    """The manifest (list) digest ``sha256:...`` a tag points to, from the registry's HTTP API.
+
+    Uses HEAD (Docker Hub does not count HEAD against pull limits) and the
+    Docker-Content-Digest header, falling back to hashing the GET body. Multi-arch tags
+    resolve to their index digest, as ``docker pull name@digest`` expects.
+    """
+    name = ImageName.parse(ref)
+    if name.digest:
+        return name.digest
+    session = session or requests.Session()
+    url = f"{name.api_base}/{name.repository}/manifests/{name.tag}"
+    headers = {"Accept": _MANIFEST_TYPES}
+
+    def request(method: str) -> requests.Response:
+        response = session.request(method, url, headers=headers, timeout=timeout)
+        if response.status_code == 401 and "Authorization" not in headers:
+            token = _bearer_token(response.headers.get("WWW-Authenticate", ""), session, timeout)
+            if token is None:
+                raise SourceError(f"image {ref}: registry {name.registry} requires credentials "
+                                  "(anonymous token refused)")
+            headers["Authorization"] = f"Bearer {token}"
+            response = session.request(method, url, headers=headers, timeout=timeout)
+        if response.status_code in (401, 403, 404):
+            # Docker Hub answers 401 for repositories that do not exist
+            raise SourceError(f"image {ref}: tag {name.tag} not found in "
+                              f"{name.registry}/{name.repository} (HTTP {response.status_code})")
+        if response.status_code >= 500 or response.status_code == 429:
+            raise _TransientRegistryError(f"HTTP {response.status_code} from {method} {url}")
+        return response
+
+    def attempt() -> str:
+        try:
+            response = request("HEAD")
+            digest = response.headers.get("Docker-Content-Digest", "")
+            if response.status_code == 200 and _DIGEST.match(digest):
+                return digest
+            # No HEAD support (405) or no digest header: hash the manifest bytes themselves.
+            response = request("GET")
+            if response.status_code != 200:
+                raise SourceError(f"image {ref}: unexpected HTTP {response.status_code} "
+                                  f"from GET {url}")
+            digest = response.headers.get("Docker-Content-Digest", "")
+            return digest if _DIGEST.match(digest) else (
+                "sha256:" + hashlib.sha256(response.content).hexdigest())
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise _TransientRegistryError(f"{url}: {exc}") from exc
+
+    try:
+        return retry.retrying(_TransientRegistryError)(attempt)
+    except _TransientRegistryError as exc:
+        raise SourceError(f"image {ref}: registry {name.registry} unreachable after "
+                          f"{retry.attempts} attempts: {exc}") from None
