@@ -342,39 +342,49 @@ class _Handler(BaseHTTPRequestHandler):
         return status
 
     def _send_file(self, target: Path, fault: Fault | None, head: bool) -> int | None:
-        data = target.read_bytes()
+        """Stream the file from disk (tests may serve GBs), applying a body fault."""
         stat = target.stat()
-        etag = f'"{stat.st_size:x}-{stat.st_mtime_ns:x}"'
-        start, end, status = 0, len(data), 200
-        wanted = self._range(etag, stat.st_mtime, len(data))
+        size = stat.st_size
+        if fault is not None and fault.kind == "corrupt" and size == 0:
+            return self._send_body(200, b"\0", "application/octet-stream", head)
+        etag = f'"{size:x}-{stat.st_mtime_ns:x}"'
+        start, end, status = 0, size, 200
+        wanted = self._range(etag, stat.st_mtime, size)
         if wanted is not None:
             (start, end), status = wanted, 206
-        if fault is not None and fault.kind == "corrupt":
-            changed = bytearray(data)
-            if changed:
-                changed[len(changed) // 2] ^= 0xFF
-            else:
-                changed = bytearray(b"\0")
-            data = bytes(changed)
-        body = data[start:end]
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(end - start))
         self.send_header("Last-Modified", email.utils.formatdate(stat.st_mtime, usegmt=True))
         self.send_header("ETag", etag)
         if self.index.ranges:
             self.send_header("Accept-Ranges", "bytes")
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.end_headers()
         if head:
             return status
-        if fault is not None and fault.kind in ("reset", "stall", "truncate"):
-            default = len(body) // 2 if fault.kind == "truncate" else 0
-            sent = body[: fault.after_bytes if fault.after_bytes is not None else default]
-            self._misbehave(fault, sent)
-            return status
-        self.wfile.write(body)
+        misbehaving = fault is not None and fault.kind in ("reset", "stall", "truncate")
+        limit = end - start
+        if misbehaving:
+            default = limit // 2 if fault.kind == "truncate" else 0
+            limit = min(limit, fault.after_bytes if fault.after_bytes is not None else default)
+        flip = size // 2 if fault is not None and fault.kind == "corrupt" else None
+        with target.open("rb") as handle:
+            handle.seek(start)
+            position = start
+            while position < start + limit:
+                chunk = handle.read(min(1 << 20, start + limit - position))
+                if not chunk:
+                    break
+                if flip is not None and position <= flip < position + len(chunk):
+                    changed = bytearray(chunk)
+                    changed[flip - position] ^= 0xFF  # same length, one byte different
+                    chunk = bytes(changed)
+                self.wfile.write(chunk)
+                position += len(chunk)
+        if misbehaving:
+            self._misbehave(fault, b"")
         return status
 
     def _range(self, etag: str, mtime: float, size: int) -> tuple[int, int] | None:
