@@ -108,3 +108,8 @@ class SquashError(ImagebuildError):
 
 class ValidateError(ImagebuildError):
     """The validation suite could not run (not: a check failed, which is a result)."""
+
+
+class SiteProfileError(RecipeError):
+    """A site profile (imagebuild/data/sites/*.yaml or a project's sites/) is invalid;
+    carries every problem found at once, each with its file and line."""

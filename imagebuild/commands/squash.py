@@ -1,0 +1,123 @@
+"""`imagebuild squash TARGET`: convert a built image into site artifacts.
+
+Writes ``<output-dir>/<name>.sqsh`` (CSCS Container Engine, enroot) and/or ``<name>.sif``
+(Apptainer), each with a ``.sha256`` beside it, and with ``--site`` the EDF
+``envs/<name>.toml`` pointing at the .sqsh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild import edf
+from imagebuild.artifacts import Artifact, sha256_file, write_text_atomic
+from imagebuild.errors import SquashError
+from imagebuild.export import DockerSource, open_source
+from imagebuild.recipe import load_recipe, project_dir
+from imagebuild.squash import (
+    ALGORITHMS,
+    DEFAULT_COMPRESSION,
+    FORMATS,
+    convert,
+    find_squash_tool,
+    parse_compression,
+    parse_formats,
+)
+
+
+@dataclass(frozen=True)
+class SquashTarget:
+    image_ref: str
+    name: str  # artifact and EDF file stem
+    recipe: str | None
+    rocm_version: str | None
+
+
+def resolve_target(target: str, project: Path) -> SquashTarget:
+    """A recipe name -> its image tag; anything else is an image reference.
+
+    The tag scheme here (``imagebuild/<recipe>:latest``) is the build stage's to define.
+    """
+    if (project / "recipes" / f"{target}.yaml").is_file():
+        recipe = load_recipe(target, project)
+        return SquashTarget(f"imagebuild/{recipe.name}:latest", recipe.name, recipe.name,
+                            recipe.rocm)
+    # enroot names an imported image the same way: ${image//[:\/]/+}
+    name = re.sub(r"[:/@]", "+", target)
+    return SquashTarget(target, name, None, None)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "squash", help="convert a built image to .sqsh (+ EDF) and .sif",
+        description="Stream a built image into squashfs for CSCS's Container Engine/enroot "
+                    "and/or a SIF for Apptainer; with --site, write the EDF envs/NAME.toml.")
+    parser.add_argument("target", help="recipe name (recipes/NAME.yaml) or image reference")
+    parser.add_argument("--formats", default=None,
+                        help=f"comma-separated, of {', '.join(FORMATS)} "
+                             "(default: the site's, else sqsh)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="where artifacts go (default: PROJECT/artifacts)")
+    parser.add_argument("--compression", choices=ALGORITHMS, default=None,
+                        help=f"squashfs compressor (default: {DEFAULT_COMPRESSION})")
+    parser.add_argument("--level", type=int, default=None, help="compression level")
+    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+                        help="site profile for the EDF, e.g. cscs-beverin, lumi "
+                             "(default: $IMAGEBUILD_SITE; none: no EDF)")
+    parser.add_argument("--rocm-version", default=None,
+                        help="ROCm version of the image (default: the recipe's)")
+    parser.add_argument("--backend", choices=("auto", "docker", "podman"), default="auto",
+                        help="container engine holding the image (default: auto)")
+    parser.add_argument("--tool", choices=("tar2sqfs", "mksquashfs"), default=None,
+                        help="squashfs writer (default: tar2sqfs if installed)")
+    parser.add_argument("--sif-method", choices=("auto", "apptainer", "siftool"),
+                        default="auto", help="how to make the .sif (default: auto)")
+    parser.set_defaults(func=run)
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
+def _print_artifact(artifact: Artifact, note: str = "") -> None:
+    print(f"{artifact.kind:5} {artifact.path}  {_mib(artifact.size)}  "
+          f"sha256:{artifact.sha256}  {artifact.seconds:.1f} s{note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    project = project_dir()
+    target = resolve_target(args.target, project)
+    site = edf.load_site(args.site, project) if args.site else None
+    formats = parse_formats(args.formats) if args.formats else (
+        site.formats if site else ("sqsh",))
+    compression = parse_compression(args.compression, args.level)
+    output_dir = (args.output_dir or project / "artifacts").resolve()
+    tool = find_squash_tool(args.tool) if ("sqsh" in formats or args.sif_method != "apptainer") \
+        else None
+    source = open_source(target.image_ref, args.backend)
+    backend_ref = target.image_ref if isinstance(source, DockerSource) else None
+    artifacts = convert(source, output_dir, target.name, formats, compression=compression,
+                        tool=tool, sif_method=args.sif_method, image_ref=backend_ref)
+    for artifact in artifacts:
+        note = f"  ({tool.name if tool else 'apptainer'}, {compression})" \
+            if artifact.kind == "sqsh" else ""
+        _print_artifact(artifact, note)
+    sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
+    if site is not None and sqsh is not None:
+        config = source.config()
+        rocm = (args.rocm_version or target.rocm_version
+                or config.env_dict().get("ROCM_VERSION") or None)
+        if rocm is None and target.recipe is None and site.aws_ofi_nccl_hook is not None:
+            raise SquashError(f"edf: the ROCm version of {target.image_ref} is unknown "
+                              f"(site {site.name} picks hooks by it); pass --rocm-version")
+        text = edf.render_edf(
+            recipe=target.name, image=edf.edf_image_path(site, sqsh.path), site=site,
+            rocm_version=rocm, workdir=config.workdir or None, image_sha256=sqsh.sha256)
+        path = edf.edf_path(project, target.name)
+        write_text_atomic(path, text)
+        print(f"edf   {path}  sha256:{sha256_file(path)}  (site {site.name})")
+    return 0

@@ -1,0 +1,453 @@
+"""Image -> .sqsh for CSCS's Container Engine and enroot (and, wrapped, Apptainer's .sif).
+
+The container filesystem streams from the engine through a tar filter into ``tar2sqfs``
+(squashfs-tools-ng) or, as fallback, ``mksquashfs - out -tar`` (squashfs-tools >= 4.5): no
+temporary rootfs directory, no temporary tar. The filter writes the runtime conventions
+into the stream so the image behaves as if imported by ``enroot import dockerd://``:
+
+- /etc/environment, /etc/rc, /etc/rc.local, /etc/fstab: enroot's formats, from
+  NVIDIA/enroot src/docker.sh ``docker::configure``;
+- /.singularity.d: Apptainer's layout (see ``imagebuild.sif``), so ``apptainer run x.sqsh``
+  works too and the .sif embeds these very bytes: one export, one compression, two formats.
+
+Reproducible: the same image gives the same bytes. Image mtimes are kept (Python's .pyc
+files are validated against them), members keep the export's order (docker walks the
+filesystem in lexical order), mtimes the engine stamps at container creation are clamped
+to the image creation time (or ``SOURCE_DATE_EPOCH``), and the root inode and injected files
+get that time too. (With the mksquashfs fallback the root directory carries the wall time:
+squashfs-tools 4.5.1 ignores -root-time in -tar mode.) Differences from enroot, on purpose: ownership is kept as in the image
+(enroot runs ``mksquashfs -all-root`` because it extracts unprivileged).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from imagebuild import sif
+from imagebuild.artifacts import Artifact, publish, temporary_name
+from imagebuild.errors import SquashError
+from imagebuild.export import ImageConfig, ImageSource, RootfsEntry, StreamStats, filter_rootfs_tar
+
+# --- compression ------------------------------------------------------------------------------
+
+#: algorithm -> (lowest level, highest level, default level); None: no level setting.
+_LEVELS: dict[str, tuple[int, int, int] | None] = {
+    "zstd": (1, 22, 3),
+    "gzip": (1, 9, 9),
+    "xz": (0, 9, 6),
+    "lzo": (1, 9, 8),
+    "lz4": None,
+}
+ALGORITHMS = tuple(_LEVELS)
+
+
+@dataclass(frozen=True)
+class Compression:
+    algorithm: str
+    level: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in _LEVELS:
+            raise SquashError(f"--compression: expected one of {', '.join(ALGORITHMS)}, "
+                              f"got {self.algorithm!r}")
+        bounds = _LEVELS[self.algorithm]
+        if self.level is not None:
+            if bounds is None:
+                raise SquashError(f"--level: {self.algorithm} takes no compression level")
+            if not bounds[0] <= self.level <= bounds[1]:
+                raise SquashError(f"--level: {self.algorithm} levels are {bounds[0]}..{bounds[1]},"
+                                  f" got {self.level}")
+
+    @property
+    def effective_level(self) -> int | None:
+        bounds = _LEVELS[self.algorithm]
+        return self.level if self.level is not None else (bounds[2] if bounds else None)
+
+    def __str__(self) -> str:
+        level = self.effective_level
+        return self.algorithm if level is None else f"{self.algorithm}:{level}"
+
+    def tar2sqfs_args(self) -> list[str]:
+        args = ["--compressor", self.algorithm]
+        level = self.effective_level
+        if level is not None:
+            args += ["--comp-extra", f"level={level}"]
+        return args
+
+    def mksquashfs_args(self) -> list[str]:
+        args = ["-comp", self.algorithm]
+        level = self.effective_level
+        if self.algorithm == "xz":
+            if self.level is not None:
+                raise SquashError("--level: mksquashfs has no xz level; install squashfs-tools-ng")
+        elif level is not None:
+            args += ["-Xcompression-level", str(level)]
+        return args
+
+
+#: zstd level 3. Measured with benchmarks/squash_bench.py on an 856 MiB rootfs (Debian
+#: minbase + torch CPU wheel, 2 cores): see that script's docstring for the table.
+DEFAULT_COMPRESSION = Compression("zstd", 3)
+
+
+def parse_compression(algorithm: str | None, level: int | None) -> Compression:
+    if algorithm is None:
+        return DEFAULT_COMPRESSION if level is None else Compression("zstd", level)
+    return Compression(algorithm, level)
+
+
+# --- the squashfs tool ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SquashTool:
+    name: str  # "tar2sqfs" | "mksquashfs"
+    path: str
+
+    def argv(self, output: Path, compression: Compression, epoch: int, jobs: int) -> list[str]:
+        if self.name == "tar2sqfs":
+            return [self.path, "--quiet", "--num-jobs", str(jobs),
+                    *compression.tar2sqfs_args(),
+                    # Root inode and implicit directories: root-owned 0755 at the clamp time.
+                    "--defaults", f"uid=0,gid=0,mode=0755,mtime={epoch}",
+                    str(output)]
+        # mksquashfs reads tar from stdin since 4.5; it needs the root's mode spelled out.
+        return [self.path, "-", str(output), "-tar", "-noappend", "-quiet", "-no-progress",
+                "-processors", str(jobs), *compression.mksquashfs_args(),
+                "-root-mode", "0755", "-root-uid", "0", "-root-gid", "0",
+                "-root-time", str(epoch), "-mkfs-time", str(epoch)]
+
+
+def find_squash_tool(prefer: str | None = None,
+                     which: Callable[[str], str | None] = shutil.which) -> SquashTool:
+    """tar2sqfs if installed (streams, keeps xattrs, multi-threaded), else mksquashfs -tar."""
+    order = [prefer] if prefer else ["tar2sqfs", "mksquashfs"]
+    for name in order:
+        if name not in ("tar2sqfs", "mksquashfs"):
+            raise SquashError(f"--tool: expected tar2sqfs or mksquashfs, got {name!r}")
+        path = which(name)
+        if path and (name == "tar2sqfs" or _mksquashfs_reads_tar(path)):
+            return SquashTool(name, path)
+    wanted = " or ".join(order)
+    raise SquashError(f"squash: {wanted} not found on PATH; install squashfs-tools-ng "
+                      "(tar2sqfs) or squashfs-tools >= 4.5 (mksquashfs -tar)")
+
+
+def _mksquashfs_reads_tar(path: str) -> bool:
+    proc = subprocess.run([path, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r"version (\d+)\.(\d+)", proc.stdout + proc.stderr)
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (4, 5)
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# --- enroot conventions -----------------------------------------------------------------------
+
+def _sh_single_quote(word: str) -> str:
+    """Quote like bash's ${var@Q} for printable text: 'it'\\''s'."""
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def _sh_double_quote_body(text: str) -> str:
+    return re.sub(r'([\\"`$])', r"\\\1", text)
+
+
+def enroot_environment(config: ImageConfig) -> str:
+    """/etc/environment: one ``KEY=value`` line per image ENV, unquoted, as enroot writes it
+    (``jq -r '.config.Env[]'``) and as its runtime reads it back."""
+    return "".join(f"{item}\n" for item in config.env)
+
+
+def enroot_fstab(config: ImageConfig) -> str:
+    """/etc/fstab: each image VOLUME as a bind mount of the rootfs onto itself (enroot)."""
+    return "".join(f"${{ENROOT_ROOTFS}}{volume} {volume} none "
+                   "x-create=dir,bind,rw,nosuid,nodev\n" for volume in config.volumes)
+
+
+def enroot_rc(config: ImageConfig) -> str:
+    """/etc/rc: labels as comments, cd to WORKDIR, source rc.local, exec ENTRYPOINT+CMD.
+
+    Same structure as enroot's docker::configure; two hardenings: newlines in label values
+    become spaces (in enroot a multi-line label turns its tail into code), and WORKDIR is
+    escaped for its double quotes.
+    """
+    lines = [f"# {key} {value}".replace("\r", " ").replace("\n", " ")
+             for key, value in config.labels]
+    if lines:
+        lines.append("")
+    workdir = _sh_double_quote_body(config.workdir or "/")
+    entrypoint = " ".join(_sh_single_quote(w) for w in config.entrypoint)
+    cmd = list(config.cmd)
+    if not config.entrypoint and not cmd:
+        cmd = ["/bin/sh"]
+    default = " ".join(_sh_single_quote(w) for w in [*config.entrypoint, *cmd])
+    with_args = " ".join(filter(None, [entrypoint, '"$@"']))
+    lines += [
+        f'mkdir -p "{workdir}" 2> /dev/null',
+        f'cd "{workdir}" && unset OLDPWD || exit 1',
+        "",
+        "if [ -s /etc/rc.local ]; then",
+        "    . /etc/rc.local",
+        "fi",
+        "",
+        "if [ $# -gt 0 ]; then",
+        f"    exec {with_args}",
+        "else",
+        f"    exec {default}",
+        "fi",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
+             "# It can be used to manipulate the entrypoint or the command of the container.\n")
+
+
+def enroot_entries(config: ImageConfig) -> list[RootfsEntry]:
+    entries = [
+        RootfsEntry("etc", "dir", mode=0o755),
+        RootfsEntry("etc/environment", data=enroot_environment(config).encode()),
+        RootfsEntry("etc/fstab", data=enroot_fstab(config).encode()),
+        RootfsEntry("etc/rc", data=enroot_rc(config).encode()),
+        RootfsEntry("etc/rc.local", data=_RC_LOCAL.encode()),
+    ]
+    workdir = (config.workdir or "/").strip("/")
+    if workdir:  # enroot: mkdir -p "${rootfs}${workdir}"
+        entries.append(RootfsEntry(os.path.normpath(workdir), "dir", mode=0o755))
+    return entries
+
+
+def runtime_entries(config: ImageConfig) -> list[RootfsEntry]:
+    """Everything written into the rootfs: enroot's files and Apptainer's /.singularity.d."""
+    return [*enroot_entries(config), *sif.apptainer_entries(config)]
+
+
+def reproducible_epoch(config: ImageConfig, environ: dict[str, str] | None = None) -> int:
+    """The time files without an image-given mtime get: SOURCE_DATE_EPOCH if set (the
+    reproducible-builds convention BuildKit follows too), else the image creation time."""
+    env = os.environ if environ is None else environ
+    value = env.get("SOURCE_DATE_EPOCH", "").strip()
+    if value:
+        if not value.isdigit():
+            raise SquashError(f"SOURCE_DATE_EPOCH: expected whole seconds, got {value!r}")
+        return int(value)
+    return config.created if config.created is not None else 0
+
+
+# --- running the pipeline ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SquashResult:
+    artifact: Artifact
+    tool: str
+    compression: str
+    stats: StreamStats
+    seconds: float
+
+    @property
+    def throughput_mib_s(self) -> float:
+        return self.stats.bytes_in / (1 << 20) / self.seconds if self.seconds else 0.0
+
+
+_ENOSPC = re.compile(r"no space left on device|disk quota exceeded|file too large", re.IGNORECASE)
+
+
+def _free_mib(directory: Path) -> float:
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return float("nan")
+    return stat.f_bavail * stat.f_frsize / (1 << 20)
+
+
+def _drain(stream: IO[bytes], tail: deque[str]) -> None:
+    for raw in stream:
+        line = raw.decode(errors="replace").rstrip()
+        if line:
+            tail.append(line)
+
+
+def run_squash_tool(
+    argv: Sequence[str],
+    feed: Callable[[IO[bytes]], StreamStats],
+    output: Path,
+    popen: Callable[..., Any] = subprocess.Popen,
+) -> StreamStats:
+    """Run the squashfs tool with ``feed`` writing the tar stream into its stdin.
+
+    The tool is killed on any exception, Ctrl-C included. A tool failure becomes one
+    SquashError naming the tool and the output, plus the tail of what the tool said.
+    """
+    tool = Path(argv[0]).name
+    try:
+        proc = popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise SquashError(f"squash: cannot start {argv[0]}: {exc.strerror}") from exc
+    tail: deque[str] = deque(maxlen=20)
+    drainer = threading.Thread(target=_drain, args=(proc.stderr, tail), daemon=True)
+    drainer.start()
+    stats: StreamStats | None = None
+    try:
+        try:
+            stats = feed(proc.stdin)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the tool exited early; its status and stderr say why
+        returncode = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        drainer.join(timeout=10)
+    said = "\n".join(tail)
+    if returncode != 0 or stats is None:
+        if _ENOSPC.search(said):
+            raise SquashError(
+                f"squash: {tool} ran out of space writing {output.parent} "
+                f"({_free_mib(output.parent):.1f} MiB free); nothing was kept"
+                + (f"\n{said}" if said else ""))
+        status = f"exit status {returncode}" if returncode else "it stopped reading its input"
+        raise SquashError(f"squash: {tool} failed writing {output.name} ({status}); "
+                          f"nothing was kept" + (f"\n{said}" if said else ""))
+    return stats
+
+
+def squash_image(
+    source: ImageSource,
+    output: Path,
+    *,
+    compression: Compression = DEFAULT_COMPRESSION,
+    tool: SquashTool | None = None,
+    entries: Iterable[RootfsEntry] | None = None,
+    epoch: int | None = None,
+    jobs: int | None = None,
+    popen: Callable[..., Any] = subprocess.Popen,
+) -> SquashResult:
+    """Stream ``source`` into a squashfs at ``output``, atomically, with a .sha256 beside.
+
+    ``entries`` defaults to ``runtime_entries(config)``. Raises SquashError (tool failure,
+    full disk), EngineError (export failed); on any failure no file is left at ``output``
+    nor under a temporary name.
+    """
+    started = time.monotonic()
+    tool = tool or find_squash_tool()
+    config = source.config()
+    epoch = reproducible_epoch(config) if epoch is None else epoch
+    entries = runtime_entries(config) if entries is None else list(entries)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temp = temporary_name(output)
+    try:
+        argv = tool.argv(temp, compression, epoch, jobs or default_jobs())
+
+        def feed(stdin: IO[bytes]) -> StreamStats:
+            with source.rootfs_tar() as stream:
+                try:
+                    return filter_rootfs_tar(stream, stdin, entries, clamp_mtime=epoch,
+                                             keep_root_entry=tool.name == "tar2sqfs")
+                except BrokenPipeError:
+                    raise  # the tool stopped reading: run_squash_tool reports why
+                except (tarfile.TarError, OSError) as exc:
+                    raise SquashError(f"export: reading the filesystem of {source.description} "
+                                      f"failed: {exc}") from exc
+
+        stats = run_squash_tool(argv, feed, output, popen=popen)
+        seconds = time.monotonic() - started
+        artifact = publish(temp, output, "sqsh", seconds)
+    except BaseException:
+        try:
+            temp.unlink()
+        except FileNotFoundError:
+            pass
+        raise
+    return SquashResult(artifact=artifact, tool=tool.name, compression=str(compression),
+                        stats=stats, seconds=time.monotonic() - started)
+
+
+# --- all requested formats in one go ----------------------------------------------------------
+
+FORMATS = ("sqsh", "sif")
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    formats = tuple(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise SquashError(f"--formats: expected a comma-separated list of {', '.join(FORMATS)},"
+                          f" got {text!r}")
+    return formats
+
+
+def convert(
+    source: ImageSource,
+    output_dir: Path,
+    name: str,
+    formats: Sequence[str] = ("sqsh",),
+    *,
+    compression: Compression = DEFAULT_COMPRESSION,
+    tool: SquashTool | None = None,
+    sif_method: str = "auto",
+    image_ref: str | None = None,
+    epoch: int | None = None,
+) -> list[Artifact]:
+    """Write ``<name>.sqsh`` and/or ``<name>.sif`` to ``output_dir``; return the artifacts.
+
+    The .sif wraps the same squashfs (one export, one compression) unless Apptainer is
+    installed and chosen (``sif_method`` auto|apptainer|siftool), which re-exports the image
+    from the Docker engine (``image_ref``) its own way.
+    """
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise SquashError(f"--formats: unknown format {fmt!r}; expected {', '.join(FORMATS)}")
+    method = sif.choose_method(sif_method, image_ref) if "sif" in formats else None
+    artifacts: list[Artifact] = []
+    sqsh_path = output_dir / f"{name}.sqsh"
+    need_sqsh = "sqsh" in formats or method == "siftool"
+    if need_sqsh:
+        if "sqsh" in formats:
+            result = squash_image(source, sqsh_path, compression=compression, tool=tool,
+                                  epoch=epoch)
+            artifacts.append(result.artifact)
+            partition = result.artifact
+        else:
+            hidden = output_dir / f".{name}.sif-partition.sqsh"
+            result = squash_image(source, hidden, compression=compression, tool=tool,
+                                  epoch=epoch)
+            partition = result.artifact
+    sif_path = output_dir / f"{name}.sif"
+    try:
+        if method == "siftool":
+            artifacts.append(sif.wrap_squashfs(partition.path, sif_path, source.config(),
+                                               image_ref=image_ref or source.description,
+                                               extra_seconds=partition.seconds))
+        elif method == "apptainer":
+            assert image_ref is not None
+            artifacts.append(sif.apptainer_build(image_ref, sif_path))
+    finally:
+        if need_sqsh and "sqsh" not in formats:
+            for leftover in (partition.path, partition.sidecar):
+                try:
+                    leftover.unlink()
+                except FileNotFoundError:
+                    pass
+    return artifacts
