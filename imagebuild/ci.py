@@ -14,17 +14,17 @@ Which files affect which recipe is decided once, in :func:`recipe_inputs`, and u
 Runner labels, the registry, the site profile and GPU validation are configuration
 (imagebuild/data/ci.yaml, overridden by the project's ci/config.yaml), never code here.
 Every generated file starts with a header naming its inputs and their hash (DESIGN
-principle 3); :func:`check_ci` reports the files that differ from what their inputs produce.
+principle 3); ``imagebuild ci --check`` (imagebuild.generated) names the files that differ
+from what their inputs produce now.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from imagebuild import grammar, spec
+from imagebuild import generated, grammar, spec
 from imagebuild.errors import ImagebuildError, Problem, RecipeError, StaleFile
 from imagebuild.lockfile import lock_path
 from imagebuild.model import Recipe
@@ -45,6 +45,9 @@ GENERATOR_VERSION = 1
 PROJECT_CONFIG = "ci/config.yaml"
 GITLAB_FILE = "ci/gitlab/imagebuild.gitlab-ci.yml"
 GITHUB_WORKFLOW_NAME = "imagebuild.yml"
+#: Where imagebuild writes images (`imagebuild squash`'s default); the image jobs put their
+#: logs and validation report in artifacts/<recipe>/.
+ARTIFACTS_DIR = "artifacts"
 #: actionlint's config (custom runner labels). Never inside .github/workflows, where GitHub
 #: would take every YAML file for a workflow.
 ACTIONLINT_CONFIG = "ci/actionlint.yaml"
@@ -55,6 +58,7 @@ CHECKOUT_ACTION = "actions/checkout@v4"
 UPLOAD_ACTION = "actions/upload-artifact@v4"
 
 RECIPE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+SITE_NAME = r"^[a-z0-9][a-z0-9._-]*$"  # as imagebuild.edf names site profiles
 RUNNER_LABEL = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 PATH_PATTERN = r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*(/\*\*)?$"
 REGISTRY = r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$"
@@ -85,7 +89,8 @@ CONFIG_SPEC = spec.Obj(
         "install": spec.Str("a pip requirement for imagebuild, or '.' for this repository",
                             check=_install_problem),
         "site": spec.Obj(fields={
-            "name": spec.Str("a site profile name like cscs-alps", RECIPE_NAME),
+            "profile": spec.Str("a site profile name like cscs-beverin or lumi, or null",
+                                SITE_NAME, nullable=True),
             "backend": spec.Str("docker or podman", enum=("docker", "podman")),
             "squash": spec.Seq(spec.Str("sqsh or sif", enum=("sqsh", "sif"))),
             "ca_certificate": spec.Str("an absolute path on the runner, or null",
@@ -95,7 +100,6 @@ CONFIG_SPEC = spec.Obj(
                              "or null", REGISTRY, nullable=True),
         "validate": spec.Obj(fields={"gpu": spec.Bool()}),
         "artifacts": spec.Obj(fields={
-            "dir": spec.Str("a directory relative to the project", grammar.SUBDIR),
             "images": spec.Bool(),
             "retention_days": spec.Int("days to keep CI artifacts"),
         }),
@@ -123,7 +127,8 @@ _MINIMUMS = {("artifacts", "retention_days"): 1, ("timeout_hours",): 1,
 
 @dataclass(frozen=True)
 class Site:
-    name: str
+    #: Site profile (imagebuild.edf) for the EDF file and site defaults; None: no EDF.
+    profile: str | None
     backend: str
     squash: tuple[str, ...]
     ca_certificate: str | None
@@ -156,7 +161,6 @@ class CIConfig:
     site: Site
     registry: str | None
     validate_gpu: bool
-    artifacts_dir: str
     upload_images: bool
     retention_days: int
     rebuild_all_on: tuple[str, ...]
@@ -194,7 +198,7 @@ def load_ci_config(project: Path) -> CIConfig:
             text = project_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise RecipeError([Problem(project_file, None, "", f"cannot read: {exc}")]) from exc
-        override = _read_config(project_file, text, problems, require_version=True)
+        override = _read_config(project_file, text, problems, project)
         if problems:
             raise RecipeError(problems)
         _merge(merged, override)
@@ -202,7 +206,10 @@ def load_ci_config(project: Path) -> CIConfig:
 
 
 def _read_config(file: Path, text: str, problems: list[Problem],
-                 require_version: bool = False) -> dict[str, Any]:
+                 project: Path | None = None) -> dict[str, Any]:
+    """Parse and validate one configuration file; ``project`` marks the project's own (it
+    must say its version, and its site profile must exist there or in imagebuild)."""
+    require_version = project is not None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -216,6 +223,18 @@ def _read_config(file: Path, text: str, problems: list[Problem],
     origins: dict = {}
     first = len(problems)
     data = _to_python(node, file, (), origins, problems)
+    profile = (data.get("site") or {}).get("profile") if isinstance(data.get("site"), dict) \
+        else None
+    if isinstance(profile, str) and project is not None:
+        from imagebuild.edf import site_names
+
+        known = site_names(project)
+        if profile not in known:
+            hint = difflib.get_close_matches(profile, known, n=1)
+            problems.append(Problem(file, origins[("site", "profile")].line, "site.profile",
+                                    f"no site profile {profile!r}"
+                                    + (f"; did you mean {hint[0]!r}?" if hint else
+                                       f" (known: {', '.join(known) or 'none'})")))
     if require_version and "version" not in data:
         problems.append(Problem(file, 1, "version", "missing; the file starts with 'version: 1'"))
     _check_value(CONFIG_SPEC, data, (), file, origins, problems)
@@ -244,11 +263,11 @@ def _build_config(data: dict[str, Any], source: str | None) -> CIConfig:
     site, github, gitlab = data["site"], data["github"], data["gitlab"]
     return CIConfig(
         install=data["install"],
-        site=Site(name=site["name"], backend=site["backend"], squash=tuple(site["squash"]),
+        site=Site(profile=site["profile"], backend=site["backend"],
+                  squash=tuple(site["squash"]),
                   ca_certificate=site["ca_certificate"]),
         registry=data["registry"],
         validate_gpu=data["validate"]["gpu"],
-        artifacts_dir=data["artifacts"]["dir"],
         upload_images=data["artifacts"]["images"],
         retention_days=data["artifacts"]["retention_days"],
         rebuild_all_on=tuple(data["rebuild_all_on"]),
@@ -396,41 +415,45 @@ def changed_files(project: Path, base: str, head: str = "HEAD") -> list[str] | N
 def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dict[str, str]:
     """Project-relative path -> text of every generated CI file. Pure: no file is touched."""
     inputs = recipe_inputs(recipes, project)
-    files = {
-        config.github.workflow: _github_workflow(config),
-        GITLAB_FILE: _gitlab_pipeline(inputs, config),
-        ACTIONLINT_CONFIG: _actionlint_config(config),
+    config_input = generated.Input(
+        config.source or "imagebuild/data/ci.yaml", _digest(config.to_dict()),
+        "" if config.source else "imagebuild's defaults: no ci/config.yaml")
+    recipe_inputs_ = []
+    for item in inputs:
+        recipe_file, *parents = _recipe_files(item)
+        note = f"extends {', '.join(parents)}" if parents else ""
+        recipe_inputs_.append(generated.Input(recipe_file, _digest(asdict(item)), note))
+    command = "imagebuild ci"
+    return {
+        config.github.workflow: generated.header([config_input], command) + _comment(
+            "Recipes are not inputs: the plan job works out the affected ones at run time.",
+            "Copy to .github/workflows/, or set github.workflow_dir in ci/config.yaml.")
+        + _github_workflow(config),
+        GITLAB_FILE: generated.header([*recipe_inputs_, config_input], command) + _comment(
+            f"Include from .gitlab-ci.yml:  include: [{{local: {GITLAB_FILE}}}]",
+            "One job per recipe, started when the recipe, a parent, its lock, its Dockerfile",
+            "or its EDF file changes; IMAGEBUILD_ALL=true builds every image. Uses the",
+            "default stages (.pre, build); image jobs need runners whose shell is bash.")
+        + _gitlab_pipeline(inputs, config),
+        ACTIONLINT_CONFIG: generated.header([config_input], command) + _comment(
+            f"Use with: actionlint -config-file {ACTIONLINT_CONFIG}")
+        + _actionlint_config(config),
     }
-    recipe_files = sorted({p for item in inputs for p in item.paths
-                           if p.startswith("recipes/") and p.endswith(".yaml")})
-    config_name = config.source or "imagebuild defaults (imagebuild/data/ci.yaml)"
-    config_hash = _digest(config.to_dict())
-    headers = {
-        config.github.workflow: _header(
-            [config_name], config_hash,
-            "Recipes are not inputs: the plan job works out the affected ones at run time."),
-        ACTIONLINT_CONFIG: _header([config_name], config_hash),
-        GITLAB_FILE: _header([*recipe_files, config_name],
-                             _digest({"config": config.to_dict(),
-                                      "recipes": [asdict(i) for i in inputs]})),
-    }
-    return {path: headers[path] + body for path, body in files.items()}
+
+
+def _recipe_files(item: RecipeInputs) -> list[str]:
+    """The recipe file and the parents it extends (the first paths of its inputs)."""
+    return [p for p in item.paths if p.startswith("recipes/") and p.endswith(".yaml")]
+
+
+def _comment(*lines: str) -> str:
+    return "".join(f"# {line}\n" for line in lines) + "\n"
 
 
 def _digest(data: Any) -> str:
     canonical = json.dumps({"generator": GENERATOR_VERSION, "data": data}, sort_keys=True,
                            separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _header(inputs: Sequence[str], digest: str, note: str = "") -> str:
-    lines = ["Generated by `imagebuild ci`: do not edit; change the inputs and run "
-             + "`imagebuild ci`.", "`imagebuild ci --check` fails while this file is stale."]
-    if note:
-        lines.append(note)
-    lines += ["Inputs: " + inputs[0]] + [f"        {name}" for name in inputs[1:]]
-    lines.append(f"Input hash: {digest}")
-    return "".join(f"# {line}\n" for line in lines) + "\n"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -486,6 +509,12 @@ def _validate_command(config: CIConfig, report: str, log: str) -> str:
     return f'imagebuild validate "$RECIPE"{cpu} --report "{report}" 2>&1 | tee "{log}"'
 
 
+def _image_files(config: CIConfig, recipe: str) -> list[str]:
+    """What `imagebuild squash` writes: artifacts/<recipe>.<format>, a .sha256 beside each."""
+    return [f"{ARTIFACTS_DIR}/{recipe}.{kind}{suffix}"
+            for kind in config.site.squash for suffix in ("", ".sha256")]
+
+
 def _trigger_paths(config: CIConfig) -> list[str]:
     """Everything whose change may affect an image; the plan job narrows it per recipe."""
     return list(dict.fromkeys(["recipes/**", "dockerfiles/**", "envs/**",
@@ -494,8 +523,7 @@ def _trigger_paths(config: CIConfig) -> list[str]:
 
 def _github_workflow(config: CIConfig) -> str:
     runner = config.github.gpu_runner if config.validate_gpu else config.github.build_runner
-    out_dir = f"{config.artifacts_dir}/${{{{ matrix.recipe }}}}"
-    shell_dir = f'{config.artifacts_dir}/$RECIPE'
+    logs = f"{ARTIFACTS_DIR}/$RECIPE"
     install = {
         "name": "Install imagebuild",
         # A venv from the runner's python3: self-hosted GPU nodes rarely allow setup-python.
@@ -520,22 +548,22 @@ def _github_workflow(config: CIConfig) -> str:
             "run": f'printf \'%s\' "$REGISTRY_PASSWORD" | {config.site.backend} login '
                    f'--username "$REGISTRY_USER" --password-stdin {config.registry_host}\n',
         })
-    build_lines = [f'mkdir -p "{shell_dir}"']
+    build_lines = [f'mkdir -p "{logs}"']
     if push:
         build_lines += ["push=()",
                         'if [ "$PUSH" = true ]; then push=(--push "$IMAGEBUILD_REGISTRY"); fi']
-    build_lines.append(_build_command(config, f"{shell_dir}/build.log",
+    build_lines.append(_build_command(config, f"{logs}/build.log",
                                       '"${push[@]}"' if push else ""))
     image_steps += [
         {"name": "Build and squash", "run": _script(*build_lines)},
         {"name": "Validate" + ("" if config.validate_gpu else " (CPU mode)"),
-         "run": _validate_command(config, f"{shell_dir}/validate.json",
-                                  f"{shell_dir}/validate.log") + "\n"},
+         "run": _validate_command(config, f"{logs}/validate.json",
+                                  f"{logs}/validate.log") + "\n"},
         {"name": "Upload reports and logs",
          "if": "always()",
          "uses": UPLOAD_ACTION,
-         "with": {"name": f"imagebuild-{config.site.name}-${{{{ matrix.recipe }}}}-reports",
-                  "path": _script(f"{out_dir}/**/*.json", f"{out_dir}/**/*.log",
+         "with": {"name": "imagebuild-${{ matrix.recipe }}-reports",
+                  "path": _script(f"{ARTIFACTS_DIR}/${{{{ matrix.recipe }}}}/",
                                   "envs/${{ matrix.recipe }}.toml"),
                   "if-no-files-found": "warn",
                   "retention-days": config.retention_days}},
@@ -544,8 +572,8 @@ def _github_workflow(config: CIConfig) -> str:
         image_steps.append({
             "name": "Upload images",
             "uses": UPLOAD_ACTION,
-            "with": {"name": f"imagebuild-{config.site.name}-${{{{ matrix.recipe }}}}-images",
-                     "path": _script(*(f"{out_dir}/**/*.{kind}" for kind in config.site.squash)),
+            "with": {"name": "imagebuild-${{ matrix.recipe }}-images",
+                     "path": _script(*_image_files(config, "${{ matrix.recipe }}")),
                      "if-no-files-found": "error",
                      # squashfs is compressed already: zipping it again only costs time.
                      "compression-level": 0,
@@ -556,6 +584,8 @@ def _github_workflow(config: CIConfig) -> str:
         strategy["max-parallel"] = config.github.max_parallel
     strategy["matrix"] = "${{ fromJSON(needs.plan.outputs.matrix) }}"
     image_env = {"RECIPE": "${{ matrix.recipe }}"}
+    if config.site.profile:
+        image_env["IMAGEBUILD_SITE"] = config.site.profile
     if push:
         image_env["IMAGEBUILD_REGISTRY"] = config.registry
         # Pull requests never push (forks have no secrets; a review is not a release).
@@ -623,7 +653,7 @@ def _gitlab_paths(paths: Iterable[str]) -> list[str]:
 
 def _gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
     tags = config.gitlab.gpu_tags if config.validate_gpu else config.gitlab.build_tags
-    shell_dir = f"{config.artifacts_dir}/$RECIPE"
+    logs = f"{ARTIFACTS_DIR}/$RECIPE"
     force = {"if": '$IMAGEBUILD_ALL == "true"'}
     everything = _gitlab_paths(dict.fromkeys(
         [*config.rebuild_all_on, *(p for item in inputs for p in item.paths)]))
@@ -647,7 +677,7 @@ def _gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
     script = ["set -o pipefail",
               'imagebuild lock --check --strict "$RECIPE"',
               'imagebuild render --check "$RECIPE"',
-              f'mkdir -p "{shell_dir}"']
+              f'mkdir -p "{logs}"']
     push_flag = ""
     if config.registry:
         script.append(_script(
@@ -660,17 +690,16 @@ def _gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
             '  push=(--push "$IMAGEBUILD_REGISTRY")',
             "fi"))
         push_flag = '"${push[@]}"'
-    script.append(_build_command(config, f"{shell_dir}/build.log", push_flag))
-    script.append(_validate_command(config, f"{shell_dir}/validate.json",
-                                    f"{shell_dir}/validate.log"))
+    script.append(_build_command(config, f"{logs}/build.log", push_flag))
+    script.append(_validate_command(config, f"{logs}/validate.json", f"{logs}/validate.log"))
     artifacts: dict[str, Any] = {
-        "name": f"imagebuild-{config.site.name}-$RECIPE",
+        "name": "imagebuild-$RECIPE",
         "when": "always",
         "expire_in": f"{config.retention_days} days",
-        "paths": [f"{shell_dir}/", "envs/$RECIPE.toml"],
+        "paths": [f"{logs}/", "envs/$RECIPE.toml"],
     }
-    if not config.upload_images:
-        artifacts["exclude"] = [f"{shell_dir}/**/*.{kind}" for kind in ("sqsh", "sif")]
+    if config.upload_images:
+        artifacts["paths"] += _image_files(config, "$RECIPE")
     image: dict[str, Any] = {
         "extends": ".imagebuild",
         "stage": "build",
@@ -679,9 +708,13 @@ def _gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
     if tags:
         image["tags"] = list(tags)
     image["timeout"] = f"{config.timeout_hours}h"
-    image["variables"] = {"IMAGEBUILD_REGISTRY": config.registry} if config.registry else {}
-    if not image["variables"]:
-        del image["variables"]
+    variables = {}
+    if config.registry:
+        variables["IMAGEBUILD_REGISTRY"] = config.registry
+    if config.site.profile:
+        variables["IMAGEBUILD_SITE"] = config.site.profile
+    if variables:
+        image["variables"] = variables
     image["script"] = script
     image["artifacts"] = artifacts
 
@@ -694,12 +727,7 @@ def _gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
             "rules": [force, {"changes": {
                 "paths": _gitlab_paths([*item.paths, *config.rebuild_all_on])}}],
         }
-    preamble = (
-        "# Include from .gitlab-ci.yml:  include: [{local: " + GITLAB_FILE + "}]\n"
-        "# One job per recipe, started when the recipe, a parent, its lock, its Dockerfile or\n"
-        "# its EDF file changes; IMAGEBUILD_ALL=true builds every image. Uses the default\n"
-        "# stages (.pre, build); image jobs need runners whose shell is bash.\n\n")
-    return preamble + _dump(pipeline)
+    return _dump(pipeline)
 
 
 def _actionlint_config(config: CIConfig) -> str:
@@ -710,13 +738,13 @@ def _actionlint_config(config: CIConfig) -> str:
                                                 *config.github.build_runner,
                                                 *config.github.gpu_runner])
               if label not in known]
-    preamble = ("# Use with: actionlint -config-file " + ACTIONLINT_CONFIG + "\n")
-    return preamble + _dump({"self-hosted-runner": {"labels": labels}})
+    return _dump({"self-hosted-runner": {"labels": labels}})
 
 
 # --- writing and checking -------------------------------------------------------------------
 
-def generate(project: Path, recipes: Sequence[Recipe] | None = None) -> dict[str, str]:
+def generated_files(project: Path, recipes: Sequence[Recipe] | None = None
+                    ) -> list[generated.GeneratedFile]:
     """Everything ``imagebuild ci`` writes, from the project's recipes and configuration."""
     if recipes is None:
         from imagebuild.recipe import load_all
@@ -724,44 +752,13 @@ def generate(project: Path, recipes: Sequence[Recipe] | None = None) -> dict[str
         recipes, errors = load_all(project)
         if errors:
             raise RecipeError([p for error in errors for p in error.problems])
-    return render_ci(recipes, load_ci_config(project), project)
-
-
-def write_ci(project: Path, files: Mapping[str, str]) -> list[str]:
-    """Write the files that changed, each atomically; returns the paths written."""
-    written = []
-    for relative, text in files.items():
-        path = project / relative
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as stream:
-                stream.write(text)
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-        written.append(relative)
-    return written
-
-
-def check_ci(project: Path, files: Mapping[str, str]) -> list[str]:
-    """One line per generated file that is missing or differs from what its inputs make."""
-    stale = []
-    for relative, text in files.items():
-        path = project / relative
-        if not path.is_file():
-            stale.append(f"{relative}: missing; run `imagebuild ci`")
-        elif path.read_text(encoding="utf-8") != text:
-            stale.append(f"{relative}: stale (its inputs or imagebuild changed); "
-                         "run `imagebuild ci`")
-    return stale
+    files = render_ci(recipes, load_ci_config(project), project)
+    return [generated.GeneratedFile(project / path, text, "imagebuild ci")
+            for path, text in files.items()]
 
 
 def ensure_current(project: Path) -> None:
     """Raise StaleFile naming every stale generated CI file (for callers outside the CLI)."""
-    stale = check_ci(project, generate(project))
+    stale = generated.check_all(generated_files(project), root=project)
     if stale:
         raise StaleFile("\n".join(stale))

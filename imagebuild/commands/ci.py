@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from imagebuild import ci
+from imagebuild import ci, generated
 from imagebuild.errors import ImagebuildError
 from imagebuild.recipe import load_all, project_dir
 
@@ -42,18 +42,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     project = project_dir()
-    files = ci.generate(project)
+    files = ci.generated_files(project)
     if args.check:
-        stale = ci.check_ci(project, files)
+        stale = generated.check_all(files, root=project)
         for line in stale:
             print(f"error: {line}", file=sys.stderr)
         if stale:
             return 2
         print(f"ci: {len(files)} generated files current")
         return 0
-    written = set(ci.write_ci(project, files))
-    for path in files:
-        print(f"{path}: {'written' if path in written else 'unchanged'}")
+    written = {item.path for item in generated.write_all(files)}
+    for item in files:
+        state = "written" if item.path in written else "unchanged"
+        print(f"{generated.display_path(item.path, project)}: {state}")
     return 0
 
 

@@ -63,9 +63,9 @@ def all_commands(tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
         shutil.copytree(REPO_ROOT / "recipes", project / "recipes")
         if text:
             write_config(project, text)
-        for path, content in ci.generate(project).items():
-            if path.endswith(".yml"):
-                commands += command_lines(content)
+        for item in ci.generated_files(project):
+            if item.path.suffix == ".yml":
+                commands += command_lines(item.text)
     return commands
 
 

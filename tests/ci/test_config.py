@@ -31,6 +31,7 @@ def test_defaults_without_project_config(tmp_path: Path) -> None:
     assert config.validate_gpu is True
     assert config.github.gpu_runner == ("self-hosted", "linux", "x64", "gpu")
     assert config.registry is None
+    assert config.site.profile is None
 
 
 def test_override_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
@@ -38,7 +39,7 @@ def test_override_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
 version: 1
 registry: registry.example.org:5000/hpc/rocm-pytorch
 site:
-  name: cscs-alps
+  profile: cscs-beverin
   backend: podman
 validate:
   gpu: false
@@ -48,7 +49,7 @@ github:
 """)
     config = ci.load_ci_config(tmp_path)
     assert config.source == "ci/config.yaml"
-    assert config.site.name == "cscs-alps" and config.site.backend == "podman"
+    assert config.site.profile == "cscs-beverin" and config.site.backend == "podman"
     assert config.site.squash == ("sqsh",)  # kept from the defaults
     assert config.github.gpu_runner == ("self-hosted", "mi300a")
     assert config.github.plan_runner == ("ubuntu-latest",)
@@ -104,3 +105,17 @@ def test_malformed_configs(tmp_path: Path, text: str, expected: str) -> None:
 def test_install_accepts_requirements_and_directories(tmp_path: Path, install: str) -> None:
     write_config(tmp_path, f"version: 1\ninstall: '{install}'\n")
     assert ci.load_ci_config(tmp_path).install == install
+
+
+def test_site_profile_must_exist(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "version: 1\nsite:\n  profile: cscs-bevrin\n")
+    assert problems(tmp_path) == [
+        f"{path}:3: site.profile: no site profile 'cscs-bevrin'; did you mean 'cscs-beverin'?"]
+
+
+def test_project_site_profile_is_found(tmp_path: Path) -> None:
+    """A project may add its own site profile in sites/NAME.yaml."""
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "sites" / "my-cluster.yaml").write_text("name: my-cluster\n")
+    write_config(tmp_path, "version: 1\nsite:\n  profile: my-cluster\n")
+    assert ci.load_ci_config(tmp_path).site.profile == "my-cluster"

@@ -21,7 +21,7 @@ CONFIGS = {
 version: 1
 install: imagebuild==0.1.0
 registry: registry.example.org/hpc/rocm-pytorch
-site: {name: cscs-alps, backend: podman, squash: [sqsh, sif], ca_certificate: /etc/ssl/ca.pem}
+site: {profile: lumi, backend: podman, squash: [sqsh, sif], ca_certificate: /etc/ssl/ca.pem}
 validate: {gpu: false}
 artifacts: {images: true, retention_days: 1}
 github:
