@@ -490,3 +490,13 @@ def filter_rootfs_tar(
             members += 1
     return StreamStats(members=members, bytes_in=bytes_in, dropped=tuple(dropped),
                        replaced=tuple(replaced))
+
+
+def source_for_engine(engine: Any, ref: str) -> ImageSource:
+    """The ``ImageSource`` for an image in an ``imagebuild.engine`` engine object."""
+    backend = getattr(engine, "backend", "")
+    if backend == "docker":
+        return DockerSource(ref, client=engine.client)
+    if backend == "podman":
+        return PodmanSource(ref, podman=engine.binary)
+    raise EngineError(f"squash: no image export for engine backend {backend!r}")

@@ -282,6 +282,22 @@ def _drain(stream: IO[bytes], tail: deque[str]) -> None:
             tail.append(line)
 
 
+class _CountingPipe:
+    """The tool's stdin, counting what went in (for the full-disk diagnosis)."""
+
+    def __init__(self, pipe: IO[bytes]):
+        self._pipe = pipe
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        written = self._pipe.write(data)
+        self.count += len(data)
+        return written if written is not None else len(data)
+
+    def flush(self) -> None:
+        self._pipe.flush()
+
+
 def run_squash_tool(
     argv: Sequence[str],
     feed: Callable[[IO[bytes]], StreamStats],
@@ -302,10 +318,11 @@ def run_squash_tool(
     tail: deque[str] = deque(maxlen=20)
     drainer = threading.Thread(target=_drain, args=(proc.stderr, tail), daemon=True)
     drainer.start()
+    stdin = _CountingPipe(proc.stdin)
     stats: StreamStats | None = None
     try:
         try:
-            stats = feed(proc.stdin)
+            stats = feed(stdin)  # type: ignore[arg-type]
             proc.stdin.close()
         except BrokenPipeError:
             pass  # the tool exited early; its status and stderr say why
@@ -321,16 +338,23 @@ def run_squash_tool(
             pass
         drainer.join(timeout=10)
     said = "\n".join(tail)
-    if returncode != 0 or stats is None:
-        if _ENOSPC.search(said):
-            raise SquashError(
-                f"squash: {tool} ran out of space writing {output.parent} "
-                f"({_free_mib(output.parent):.1f} MiB free); nothing was kept"
-                + (f"\n{said}" if said else ""))
-        status = f"exit status {returncode}" if returncode else "it stopped reading its input"
-        raise SquashError(f"squash: {tool} failed writing {output.name} ({status}); "
-                          f"nothing was kept" + (f"\n{said}" if said else ""))
-    return stats
+    if returncode == 0 and stats is not None:
+        return stats
+    detail = f"\n{said}" if said else ""
+    free = _free_mib(output.parent)
+    if _ENOSPC.search(said):
+        raise SquashError(f"squash: {tool} ran out of space writing {output.parent} "
+                          f"({free:.1f} MiB free); nothing was kept{detail}")
+    fed = stdin.count / (1 << 20)
+    if "I/O error" in said and free < fed:
+        # tar2sqfs 1.2 reports a failed write as "I/O error" without errno (and deletes
+        # its output), so judge by the room left against what was streamed in.
+        raise SquashError(f"squash: {tool} failed writing {output.parent} (I/O error) with "
+                          f"{free:.1f} MiB free after {fed:.1f} MiB of input: most likely a "
+                          f"full disk; nothing was kept{detail}")
+    status = f"exit status {returncode}" if returncode else "it stopped reading its input"
+    raise SquashError(f"squash: {tool} failed writing {output.name} ({status}); "
+                      f"nothing was kept{detail}")
 
 
 def squash_image(

@@ -3,8 +3,8 @@ that must survive, and the real squashfs tools (CI installs them; see .ci/setup-
 
 from __future__ import annotations
 
+import functools
 import io
-import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +59,7 @@ def craft_rootfs(path: Path) -> Crafted:
     """A small rootfs in docker-export style (relative names, no root entry)."""
     expected: dict[str, tuple] = {}
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
-        add = lambda *a, **k: _add(tar, expected, *a, **k)  # noqa: E731
+        add = functools.partial(_add, tar, expected)
         add("bin", "dir", mode=0o755)
         add("bin/sh-ish", data=b"#!/bin/sh\necho hi\n", mode=0o755)
         add("bin/su", data=b"\x7fELF fake setuid binary", mode=0o4755)
@@ -106,14 +106,6 @@ CONFIG = ImageConfig(
     created=1_700_000_000,
     raw={"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"], "Cmd": ["train.py"]},
 )
-
-
-def squash_tools() -> list[SquashTool]:
-    tools = []
-    for name in ("tar2sqfs", "mksquashfs"):
-        if shutil.which(name):
-            tools.append(find_squash_tool(name))
-    return tools
 
 
 @pytest.fixture(params=["tar2sqfs", "mksquashfs"])
