@@ -1,0 +1,162 @@
+"""``imagebuild validate [TARGET]``: prove an image (or this environment) correct and fast.
+
+No target: validate the environment this runs in (how it runs inside an image on a
+cluster). A recipe name or image reference: run the checks inside that image through a
+launcher. Exit codes: 0 all checks passed, 1 a check failed or required GPU checks were
+skipped (see --allow-cpu), 2 the suite could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from imagebuild.errors import ValidateError
+from imagebuild.validate.checks.data import UsageError, load_gpu_data, validate_thresholds
+from imagebuild.validate.checks.options import add_arguments
+from imagebuild.validate.host import (
+    GPU_KINDS,
+    LAUNCHERS,
+    Invocation,
+    SbatchSpec,
+    choose_launcher,
+    detect_gpu_kind,
+    iter_runner_flags,
+    passthrough_env,
+    prepare_inputs,
+    resolve_target,
+    staged_checks,
+    validate,
+)
+
+#: Host-only flags: never forwarded to the in-image runner.
+_HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", "nodes",
+               "gpus_per_node", "time", "partition", "account", "environment", "report",
+               "thresholds", "func", "command", "project"}
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "validate", help="run the GPU validation suite (here, or in a built image)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", nargs="?", default=None,
+                        help="recipe name, image reference, .sif or .sqsh file "
+                             "(default: this environment)")
+    parser.add_argument("--local", action="store_true",
+                        help="run in this Python environment (the default without a target)")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="auto",
+                        help="how to run the checks in the image (default: docker if its "
+                             "engine answers, else podman; apptainer for .sif, enroot for .sqsh)")
+    parser.add_argument("--gpus", choices=GPU_KINDS, default="auto",
+                        help="GPUs to pass into the container (default: detected from /dev)")
+    parser.add_argument("--mount-checks", action="store_true",
+                        help="bind-mount this imagebuild's checks into the image instead of "
+                             "running the copy baked into it")
+    parser.add_argument("--python", default="python3",
+                        help="Python interpreter inside the image (default python3)")
+    parser.add_argument("--report", default=None, metavar="PATH",
+                        help="JSON report path (default ./reports/validate-<host>-<time>.json)")
+    batch = parser.add_argument_group("sbatch launcher")
+    batch.add_argument("--nodes", type=int, default=2, help="nodes (default 2)")
+    batch.add_argument("--gpus-per-node", type=int, default=8,
+                       help="ranks and GPUs per node (default 8; 4 on MI300A nodes)")
+    batch.add_argument("--time", default="00:30:00", help="wall time (default 00:30:00)")
+    batch.add_argument("--partition", default=None)
+    batch.add_argument("--account", default=None)
+    batch.add_argument("--environment", default=None,
+                       help="Container Engine environment (EDF name or path) for srun")
+    add_arguments(parser, output=False)
+    parser.set_defaults(func=run)
+
+
+def load_thresholds(path: str | None) -> dict[str, Any] | None:
+    """A thresholds file in YAML or JSON, checked against the GPU table's names."""
+    if not path:
+        return None
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ValidateError(f"{file}: cannot read thresholds ({exc.strerror})") from exc
+    try:
+        if file.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except ValueError as exc:  # json.JSONDecodeError and yaml.YAMLError both land here
+        raise ValidateError(f"{file}: not valid {file.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
+    except Exception as exc:
+        raise ValidateError(f"{file}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValidateError(f"{file}: expected a mapping of thresholds")
+    try:
+        validate_thresholds(data, load_gpu_data(), str(file))
+    except UsageError as exc:
+        raise ValidateError(str(exc)) from exc
+    return data
+
+
+def _runner_actions() -> list[Any]:
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser, output=False)
+    return [a for a in parser._actions if a.dest not in _HOST_DESTS]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from imagebuild.validate.display import ProgressDisplay, print_results
+
+    if args.local and args.target:
+        raise ValidateError(f"--local validates this environment; drop the target {args.target!r} "
+                            "or drop --local")
+    project = Path(os.environ.get("IMAGEBUILD_PROJECT") or ".")
+    target = resolve_target(None if args.local else args.target, project)
+    launcher = choose_launcher(target, "local" if args.local else args.launcher, shutil.which)
+    container = launcher in ("docker", "podman", "apptainer", "enroot") or (
+        launcher == "sbatch" and target.kind != "environment")
+    gpus = "none" if args.cpu else (detect_gpu_kind() if args.gpus == "auto" else args.gpus)
+    thresholds = load_thresholds(args.thresholds)
+    runner_args = iter_runner_flags(vars(args), _runner_actions())
+    if launcher == "sbatch":
+        inputs_dir = None
+        if args.thresholds:
+            if Path(args.thresholds).suffix != ".json":
+                raise ValidateError("--launcher sbatch: the in-image runner reads JSON "
+                                    "thresholds; give a .json file")
+            runner_args += ["--thresholds", str(Path(args.thresholds).resolve())]
+    else:
+        inputs_dir, extra = prepare_inputs(thresholds, container)
+        runner_args += extra
+    invocation = Invocation(
+        launcher=launcher, runner_args=tuple(runner_args), gpus=gpus, inputs_dir=inputs_dir,
+        mount_checks=staged_checks() if args.mount_checks and container else None,
+        python=args.python, env=passthrough_env(os.environ) if container else {})
+    out = Console()
+    err = Console(stderr=True)
+    spec = SbatchSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, time=args.time,
+                      partition=args.partition, account=args.account,
+                      environment=args.environment)
+    report_path = Path(args.report) if args.report else None
+    try:
+        if launcher == "sbatch":
+            outcome = validate(target, invocation, report_path=None, sbatch=spec)
+            out.print(f"wrote {outcome.script_path}; submit it with: sbatch {outcome.script_path}")
+            return 0
+        with ProgressDisplay(err) as progress:
+            outcome = validate(target, invocation, report_path=report_path,
+                               on_event=progress.on_event, on_line=progress.on_line)
+    finally:
+        if inputs_dir is not None:
+            shutil.rmtree(inputs_dir, ignore_errors=True)
+        if invocation.mount_checks is not None:
+            shutil.rmtree(invocation.mount_checks, ignore_errors=True)
+    print_results(out, outcome.report)
+    out.print(f"report: {outcome.report_path}")
+    return outcome.exit_code

@@ -1,0 +1,91 @@
+"""What every check gets: the rank's place in the job, its device, peak and thresholds.
+
+Results and small facts travel between ranks over a gloo group (the "control" group) so
+that exchanging Python objects never touches the GPU collectives being measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .data import GpuMatch
+from .gpu import DeviceInfo
+from .launch import Launch
+
+
+@dataclass
+class Context:
+    options: argparse.Namespace
+    launch: Launch
+    mode: str  # "gpu" or "cpu"
+    device: torch.device
+    backend: str  # "nccl" (RCCL on ROCm) or "gloo"
+    gpu_data: Mapping[str, Any]
+    workdir: Path
+    hosts: list[str] = field(default_factory=list)
+    gpu: DeviceInfo | None = None
+    gpu_match: GpuMatch | None = None
+    peak_tflops: float | None = None
+    peak_source: str = ""
+    thresholds: dict[str, float] = field(default_factory=dict)
+    manifest: dict[str, Any] | None = None
+    manifest_path: str = ""
+    manifest_problem: str | None = None
+    nccl_log_pattern: str | None = None
+    control_group: Any = None
+
+    @property
+    def rank(self) -> int:
+        return self.launch.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.launch.world_size
+
+    @property
+    def host(self) -> str:
+        return self.hosts[self.rank] if self.hosts else socket.gethostname()
+
+    @property
+    def nodes(self) -> int:
+        return len(set(self.hosts)) if self.hosts else 1
+
+    @property
+    def local_ranks(self) -> list[int]:
+        """Global ranks on this rank's host (from the gathered host names, not SLURM math)."""
+        return [r for r, h in enumerate(self.hosts) if h == self.host] or [self.rank]
+
+    @property
+    def local_world_size(self) -> int:
+        return len(self.local_ranks)
+
+    @property
+    def gpu_model(self) -> str | None:
+        return self.gpu_match.model.model if self.gpu_match and self.gpu_match.model else None
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        if self.world_size == 1 or not dist.is_initialized():
+            return [obj]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj, group=self.control_group)
+        return gathered
+
+    def agree(self, ok: bool) -> bool:
+        """True when every rank says ok: a rank that failed to set up tells the others
+        before they enter a collective it would never join."""
+        return all(self.all_gather_object(bool(ok)))
+
+    def max_over_ranks(self, value: float) -> float:
+        return max(float(v) for v in self.all_gather_object(float(value)))
+
+    def barrier(self) -> None:
+        if self.world_size > 1 and dist.is_initialized():
+            dist.barrier(group=self.control_group)

@@ -1,0 +1,180 @@
+"""The GPU peak table and thresholds (gpus.json) and the user's threshold overrides.
+
+gpus.json is the single source for both sides: the host reads it from the imagebuild
+package (imagebuild/data/gpus.json), the image gets a copy next to this package. It is
+JSON, not YAML, because the in-image checks read it with the standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA_FILE = "gpus.json"
+#: Environment variable naming another gpus.json (as --gpu-data does).
+DATA_ENV = "IMAGEBUILD_GPU_DATA"
+
+
+class UsageError(Exception):
+    """Bad input to the in-image runner (flags, threshold file, data file): exit code 2."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    model: str
+    vendor: str
+    arch: str
+    peak_bf16_dense_tflops: float
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuMatch:
+    """Which table entry a device matched, and how (the report says it)."""
+
+    model: GpuModel | None
+    how: str
+
+
+def default_data_paths() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    # In an image the copy sits next to the package; in a checkout it is imagebuild/data/.
+    return [here / DATA_FILE, here.parent.parent / "data" / DATA_FILE]
+
+
+def load_gpu_data(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    candidates = [Path(path)] if path else (
+        [Path(os.environ[DATA_ENV])] if os.environ.get(DATA_ENV) else default_data_paths())
+    for candidate in candidates:
+        if candidate.is_file():
+            try:
+                data = json.loads(candidate.read_text())
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"{candidate}: not a readable JSON GPU table ({exc})") from exc
+            _check_data(data, candidate)
+            data["_path"] = str(candidate)
+            return data
+    raise UsageError("GPU table gpus.json not found (looked in: "
+                     + ", ".join(str(c) for c in candidates) + "); pass --gpu-data PATH")
+
+
+def _check_data(data: Any, path: Path) -> None:
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        raise UsageError(f"{path}: expected an object with a 'gpus' list")
+    for i, entry in enumerate(data["gpus"]):
+        for key in ("model", "vendor", "arch", "name_contains", "peak_bf16_dense_tflops"):
+            if key not in entry:
+                raise UsageError(f"{path}: gpus[{i}]: missing key {key!r}")
+    thresholds = data.get("thresholds", {})
+    if "default" not in thresholds:
+        raise UsageError(f"{path}: thresholds.default is missing")
+
+
+def threshold_names(data: Mapping[str, Any]) -> list[str]:
+    return sorted(data["thresholds"]["default"])
+
+
+def model_names(data: Mapping[str, Any]) -> list[str]:
+    return [entry["model"] for entry in data["gpus"]]
+
+
+def _model(data: Mapping[str, Any], name: str) -> GpuModel | None:
+    for entry in data["gpus"]:
+        if entry["model"] == name:
+            return GpuModel(entry["model"], entry["vendor"], entry["arch"],
+                            float(entry["peak_bf16_dense_tflops"]), entry.get("source", ""))
+    return None
+
+
+def match_gpu(data: Mapping[str, Any], name: str, arch: str | None,
+              memory_gib: float | None = None) -> GpuMatch:
+    """The table entry for a device: by marketing name first, then by architecture.
+
+    ``name`` is torch.cuda.get_device_name(); ``arch`` the gcnArchName base on ROCm
+    ('gfx942') or 'sm_90' on CUDA. A container without amdgpu.ids can report a generic
+    name ('AMD Radeon Graphics'); then the architecture decides, and for gfx942 (MI300A,
+    MI300X and MI325X share it) the device memory does.
+    """
+    lowered = (name or "").lower()
+    for entry in data["gpus"]:
+        if any(pattern.lower() in lowered for pattern in entry["name_contains"]):
+            return GpuMatch(_model(data, entry["model"]), f"device name {name!r}")
+    fallback = data.get("arch_fallback", {}).get(arch or "")
+    if isinstance(fallback, str):
+        return GpuMatch(_model(data, fallback), f"architecture {arch} (name {name!r} unknown)")
+    if isinstance(fallback, dict) and memory_gib is not None:
+        for floor, model in fallback.get("by_memory_gib", []):
+            if memory_gib >= floor:
+                return GpuMatch(_model(data, model),
+                                f"architecture {arch} with {memory_gib:.0f} GiB (name {name!r} unknown)")
+    return GpuMatch(None, f"no entry for name {name!r}, architecture {arch}")
+
+
+def load_threshold_file(path: str | os.PathLike[str], data: Mapping[str, Any]) -> dict[str, Any]:
+    """A user's overrides: JSON, either flat ``{key: value}`` or ``{model: {key: value}}``.
+
+    The host (``imagebuild validate --thresholds x.yaml``) converts YAML to this JSON; the
+    in-image runner reads JSON only (standard library).
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read thresholds ({exc.strerror})") from exc
+    except ValueError as exc:
+        hint = " (the in-image runner reads JSON; the host CLI also reads YAML)" \
+            if path.suffix in (".yaml", ".yml") else ""
+        raise UsageError(f"{path}: not valid JSON: {exc}{hint}") from exc
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: expected a JSON object of thresholds")
+    validate_thresholds(raw, data, str(path))
+    return raw
+
+
+def validate_thresholds(raw: Mapping[str, Any], data: Mapping[str, Any], where: str) -> None:
+    names = threshold_names(data)
+    models = model_names(data) + ["default"]
+    for key, value in raw.items():
+        if key in names:
+            _check_number(where, key, value)
+        elif key in models:
+            if not isinstance(value, dict):
+                raise UsageError(f"{where}: {key}: expected an object of thresholds")
+            for sub, number in value.items():
+                if sub not in names:
+                    raise UsageError(f"{where}: {key}.{sub}: unknown threshold{_did_you_mean(sub, names)}")
+                _check_number(where, f"{key}.{sub}", number)
+        else:
+            raise UsageError(f"{where}: {key}: neither a threshold nor a GPU model"
+                             f"{_did_you_mean(key, names + models)}")
+
+
+def _check_number(where: str, key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise UsageError(f"{where}: {key}: expected a non-negative number, got {value!r}")
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def effective_thresholds(data: Mapping[str, Any], model: str | None,
+                         overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """default < table entry for the model < user's flat keys < user's keys for the model."""
+    table = data["thresholds"]
+    result = dict(table["default"])
+    if model and model in table:
+        result.update(table[model])
+    overrides = overrides or {}
+    result.update({k: v for k, v in overrides.items() if not isinstance(v, dict)})
+    if isinstance(overrides.get("default"), dict):
+        result.update(overrides["default"])
+    if model and isinstance(overrides.get(model), dict):
+        result.update(overrides[model])
+    return {k: float(v) for k, v in result.items()}

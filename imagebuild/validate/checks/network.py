@@ -1,0 +1,135 @@
+"""network: RCCL/NCCL uses the RDMA network plugin, not a silent fallback to sockets.
+
+The runner sets NCCL_DEBUG=INFO and NCCL_DEBUG_FILE before the process group starts
+(unless the user set NCCL_DEBUG), so each rank's log is a file this check reads. A
+multi-node run that says "Using network Socket" fails: on Slingshot that is the
+aws-ofi plugin missing or not loading (REFERENCE.md). The plugin library the manifest
+names must exist and load (dlopen, as RCCL does).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .context import Context
+from .manifest import section
+from .nccl_log import parse
+from .result import INCOMPLETE, NO_GPU, NOT_APPLICABLE, CheckResult, failed, judge, skipped
+
+NAME = "network"
+
+PLUGIN_NAMES = ("librccl-net.so", "librccl-net-ofi.so", "libnccl-net.so", "libnccl-net-ofi.so")
+NET_ENV = ("NCCL_NET", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_CROSS_NIC",
+           "NCCL_NET_GDR_LEVEL", "FI_PROVIDER", "NCCL_DEBUG", "NCCL_DEBUG_FILE")
+
+
+def find_plugins(environ: dict[str, str] | None = None) -> list[str]:
+    """Net plugin libraries on LD_LIBRARY_PATH (where RCCL/NCCL dlopen them from)."""
+    environ = dict(os.environ) if environ is None else environ
+    found: list[str] = []
+    for directory in environ.get("LD_LIBRARY_PATH", "").split(":"):
+        for name in PLUGIN_NAMES:
+            path = os.path.join(directory, name) if directory else ""
+            if path and os.path.exists(path) and path not in found:
+                found.append(path)
+    return found
+
+
+def load_library(path: str) -> str | None:
+    """None when ``path`` loads with every symbol resolved, else the loader's message."""
+    try:
+        ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+def read_nccl_log(pattern: str | None) -> tuple[str, list[str]]:
+    """This process's NCCL debug log text and the files it came from."""
+    if not pattern:
+        return "", []
+    expanded = pattern.replace("%h", "*").replace("%p", str(os.getpid()))
+    files = sorted(glob.glob(expanded))
+    text = ""
+    for file in files:
+        try:
+            text += Path(file).read_text(errors="replace")
+        except OSError:
+            continue
+    return text, files
+
+
+def plugin_check(ctx: Context) -> tuple[list[str], dict[str, Any]]:
+    config = section(ctx.manifest, "network_plugin")
+    problems: list[str] = []
+    figures: dict[str, Any] = {"plugin_expected": bool(config.get("enabled")),
+                               "plugin_kind": config.get("kind")}
+    if config.get("enabled"):
+        library = config.get("library")
+        figures["plugin_library"] = library
+        if not library:
+            problems.append("manifest enables the network plugin but names no library")
+        elif not Path(library).exists():
+            problems.append(f"network plugin {library} is missing")
+        else:
+            error = load_library(library)
+            figures["plugin_loads"] = error is None
+            if error:
+                problems.append(f"network plugin {library} does not load: {error}")
+            elif load_library(Path(library).name) is not None:
+                # RCCL/NCCL dlopen the plugin by its bare name: the loader must find it.
+                problems.append(f"{Path(library).name} loads from {library} but not by name; "
+                                f"add {Path(library).parent} to LD_LIBRARY_PATH")
+    else:
+        figures["plugins_on_library_path"] = find_plugins()
+    return problems, figures
+
+
+def run(ctx: Context) -> CheckResult:
+    problems, figures = plugin_check(ctx)
+    figures["env"] = {k: os.environ[k] for k in NET_ENV if k in os.environ}
+    if ctx.mode != "gpu" or ctx.backend != "nccl":
+        if problems:
+            return failed(NAME, "; ".join(problems), figures)
+        loaded = (f"plugin {figures['plugin_library']} loads; " if figures.get("plugin_loads")
+                  else "")
+        return skipped(NAME, NO_GPU, f"{loaded}network selection needs RCCL/NCCL on GPUs "
+                       f"(this run uses {ctx.backend})", figures)
+    # Make sure a communicator exists, so the log holds its init lines.
+    probe = torch.ones(1, device=ctx.device)
+    dist.all_reduce(probe)
+    torch.cuda.synchronize(ctx.device)
+    text, files = read_nccl_log(ctx.nccl_log_pattern)
+    summary = parse(text)
+    figures.update(summary.to_dict())
+    figures["log_files"] = files
+    figures["nodes"] = ctx.nodes
+    expected = figures["plugin_expected"]
+    if expected and summary.plugin_errors and not summary.plugin_loaded and not summary.ofi:
+        problems.append("RCCL/NCCL did not load the network plugin: " + summary.plugin_errors[0])
+    if summary.network is None:
+        if problems:
+            return failed(NAME, "; ".join(problems), figures)
+        why = ("NCCL_DEBUG was set by the user; set NCCL_DEBUG=INFO or unset it"
+               if ctx.nccl_log_pattern is None else "the NCCL debug log names no network")
+        cause = INCOMPLETE if ctx.nodes > 1 else NOT_APPLICABLE
+        return skipped(NAME, cause, f"cannot tell which network RCCL/NCCL uses: {why}", figures)
+    if ctx.nodes > 1 and summary.fell_back_to_socket:
+        problems.append(
+            f"multi-node run ({ctx.nodes} nodes) fell back to TCP sockets ('Using network "
+            f"Socket'): the RDMA network plugin is missing or did not load"
+            + (f" ({summary.plugin_errors[0]})" if summary.plugin_errors else ""))
+    scope = f"{ctx.nodes} nodes" if ctx.nodes > 1 else "single node, network initialised only"
+    plugin = f", plugin {summary.plugin_loaded}" if summary.plugin_loaded else ""
+    transports = ", ".join(summary.transports) or "none logged"
+    return judge(NAME, problems,
+                 f"network {summary.network!r}{plugin}; transports {transports} ({scope})",
+                 figures)
+
