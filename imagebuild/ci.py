@@ -391,6 +391,7 @@ def selected_recipes(inputs: Sequence[RecipeInputs], names: Iterable[str]) -> Af
 
 #: What git reports as the "before" commit of a newly pushed branch.
 _NULL_COMMIT = re.compile(r"^0+$")
+_REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]*$")
 
 
 def changed_files(project: Path, base: str, head: str = "HEAD") -> list[str] | None:
@@ -399,6 +400,9 @@ def changed_files(project: Path, base: str, head: str = "HEAD") -> list[str] | N
     the caller then builds everything, which is the safe direction."""
     if not base or _NULL_COMMIT.match(base):
         return None
+    for name, rev in (("--base", base), ("--head", head)):
+        if not _REVISION.match(rev):  # never let a value become a git option
+            raise ImagebuildError(f"{name}: {rev!r} is not a commit or ref name")
     command = ["git", "-C", str(project), "diff", "--name-only", "--no-renames", "--relative",
                "-z", f"{base}...{head}", "--"]
     try:

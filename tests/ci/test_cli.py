@@ -156,3 +156,10 @@ def test_broken_recipe_stops_generation(project: Path, cli) -> None:
     code, _, err = cli("ci")
     assert code == 2
     assert "rocm-7.0.2.yaml:3: rocm: expected a ROCm release" in err
+
+
+@pytest.mark.parametrize("base", ["--output=/tmp/x", "HEAD; rm -rf /"])
+def test_base_cannot_become_a_git_option(git_project: Path, cli, base: str) -> None:
+    code, _, err = cli("ci", "affected", f"--base={base}")
+    assert code == 2
+    assert err.startswith(f"error: --base: {base!r} is not a commit or ref name")
