@@ -510,7 +510,9 @@ def _build_command(config: CIConfig, log: str, push_flag: str) -> str:
 
 def _validate_command(config: CIConfig, report: str, log: str) -> str:
     cpu = "" if config.validate_gpu else " --allow-cpu"
-    return f'imagebuild validate "$RECIPE"{cpu} --report "{report}" 2>&1 | tee "{log}"'
+    # The engine that built the image runs it: no export to another runtime in between.
+    return (f'imagebuild validate "$RECIPE" --launcher {config.site.backend}{cpu} '
+            f'--report "{report}" 2>&1 | tee "{log}"')
 
 
 def _image_files(config: CIConfig, recipe: str) -> list[str]:

@@ -71,7 +71,7 @@ def test_github_default_workflow(project: Path) -> None:
     for command in ('imagebuild lock --check --strict "$RECIPE"',
                     'imagebuild render --check "$RECIPE"',
                     'imagebuild build "$RECIPE" --backend docker --squash sqsh',
-                    'imagebuild validate "$RECIPE" --report'):
+                    'imagebuild validate "$RECIPE" --launcher docker --report'):
         assert command in run
     assert "--allow-cpu" not in run and "--push" not in run
     uploads = [s for s in images["steps"] if str(s.get("uses", "")).startswith(
