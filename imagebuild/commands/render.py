@@ -1,0 +1,84 @@
+"""`imagebuild render [RECIPE...] [--check]`: write or check dockerfiles/<recipe>/Dockerfile."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from imagebuild.errors import RenderError
+from imagebuild.generated import check_all, display_path, write_all
+from imagebuild.recipe import load_recipe, project_dir, recipe_names
+from imagebuild.render import build_context, current_lock, generated_dockerfile
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "render",
+        help="render recipes into dockerfiles/<recipe>/Dockerfile",
+        description="Render each recipe (all when none is named) and its lock into "
+                    "dockerfiles/<recipe>/Dockerfile. An unlocked recipe renders for review, "
+                    "marked UNLOCKED in its header.",
+    )
+    parser.add_argument("recipes", nargs="*", metavar="RECIPE",
+                        help="recipe name (a file in recipes/) or path; default: all recipes")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="write nothing; exit 2 naming every committed Dockerfile that is "
+                           "missing or stale (CI runs this)")
+    mode.add_argument("--stdout", action="store_true",
+                      help="print the rendered Dockerfile of one recipe instead of writing it")
+    mode.add_argument("--context", metavar="DIR", type=Path,
+                      help="stage the build context of one locked recipe in DIR (for a manual "
+                           "`docker build DIR`)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    project = project_dir()
+    names = list(args.recipes) or recipe_names(project)
+    if not names:
+        print(f"no recipes in {project / 'recipes'}", file=sys.stderr)
+        return 2
+    recipes = [load_recipe(name, project) for name in names]
+
+    if args.stdout or args.context:
+        if len(recipes) != 1:
+            raise RenderError("--stdout and --context take exactly one recipe")
+        recipe = recipes[0]
+        if args.stdout:
+            sys.stdout.write(generated_dockerfile(recipe, project).text)
+            return 0
+        staged = build_context(recipe, current_lock(recipe), args.context)
+        print(f"staged {len(staged.files)} files in {staged.directory}; build with: "
+              f"DOCKER_BUILDKIT=1 docker build --network host {staged.directory}")
+        return 0
+
+    files = [generated_dockerfile(recipe, project) for recipe in recipes]
+    if args.check:
+        problems = check_all(files, project)
+        if not args.recipes:
+            problems += _orphans(project, {r.name for r in recipes})
+        for line in problems:
+            print(f"error: {line}", file=sys.stderr)
+        if problems:
+            return 2
+        print(f"{len(files)} Dockerfile(s) up to date")
+        return 0
+
+    written = {item.path for item in write_all(files)}
+    for item in files:
+        state = "wrote" if item.path in written else "unchanged"
+        print(f"{state} {display_path(item.path, project)}")
+    return 0
+
+
+def _orphans(project: Path, known: set[str]) -> list[str]:
+    """Committed Dockerfiles whose recipe is gone (they would otherwise rot unnoticed)."""
+    problems = []
+    for path in sorted((project / "dockerfiles").glob("*/Dockerfile")):
+        if path.parent.name not in known:
+            problems.append(f"{display_path(path, project)}: no recipe "
+                            f"recipes/{path.parent.name}.yaml renders it; delete it")
+    return problems
+

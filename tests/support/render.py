@@ -1,0 +1,164 @@
+"""Test helpers for the Dockerfile renderer: realistic locks, and a Dockerfile stage parser.
+
+``write_lock`` writes a lock the way ``imagebuild lock`` does (PEP 751 body, the
+``[tool.imagebuild]`` table, the provenance header) from made-up but well-formed pins,
+so tests can render locked Dockerfiles for recipes that cannot be locked here.
+``parse_dockerfile`` splits rendered text into stages with their instructions and the
+stages they depend on (FROM and COPY/RUN --mount from=), for the cache-behaviour tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import tomli_w
+
+from imagebuild.lockfile import header, lock_path, read_lock, tool_table
+from imagebuild.model import Lock, LockedArchive, LockedGit, Recipe
+
+
+def fake_sha(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def fake_commit(*parts: str) -> str:
+    return fake_sha(*parts)[:40]
+
+
+#: Transitive dependencies a torch install pulls from PyPI (realistic names and versions).
+PYPI_DEPENDENCIES = (("filelock", "3.20.0"), ("fsspec", "2025.9.0"), ("jinja2", "3.1.6"),
+                     ("markupsafe", "3.0.3"), ("mpmath", "1.3.0"), ("networkx", "3.5"),
+                     ("sympy", "1.14.0"), ("typing-extensions", "4.15.0"))
+
+
+def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
+    """Write a well-formed lock for ``recipe`` (pins derived from the recipe's values)."""
+    py = recipe.python.replace(".", "")
+    packages = []
+    for name, version in recipe.wheels.pinned:
+        filename = f"{name.replace('-', '_')}-{version}-cp{py}-cp{py}-linux_x86_64.whl"
+        packages.append(_package(name, version, recipe.wheels.index_url + quote(filename)))
+    for name, version in PYPI_DEPENDENCIES:
+        filename = f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+        url = f"https://files.pythonhosted.org/packages/{fake_sha(name)[:2]}/{filename}"
+        packages.append(_package(name, version, url))
+    packages.sort(key=lambda p: p["name"])
+
+    hipblaslt = network_plugin = libfabric = None
+    if recipe.hipblaslt.enabled:
+        source = recipe.hipblaslt.source
+        hipblaslt = LockedGit(source.repository, source.ref,
+                              fake_commit(source.repository, source.ref))
+    if recipe.network_plugin.enabled:
+        plugin = recipe.network_plugin
+        network_plugin = LockedGit(plugin.source.repository, plugin.source.ref,
+                                   fake_commit(plugin.source.repository, plugin.source.ref))
+        libfabric = LockedArchive(plugin.libfabric.url, fake_sha(plugin.libfabric.url), 7_654_321)
+    base_digest = "sha256:" + fake_sha(recipe.base_image)
+    document = {
+        "lock-version": "1.0",
+        "created-by": "imagebuild",
+        "requires-python": f"=={recipe.python}.*",
+        "packages": packages,
+        "tool": {"imagebuild": tool_table(recipe, base_digest, hipblaslt, network_plugin,
+                                          libfabric)},
+    }
+    document["tool"]["imagebuild"]["wheel-index"] = recipe.wheels.index_url
+    target = path or lock_path(recipe)
+    target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
+    return read_lock(target)
+
+
+def _package(name: str, version: str, url: str) -> dict:
+    return {"name": name, "version": version,
+            "wheels": [{"url": url, "size": 1000 + len(url),
+                        "hashes": {"sha256": fake_sha(name, version)}}]}
+
+
+# --- Dockerfile parsing ---------------------------------------------------------------------
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    instructions: list[str] = field(default_factory=list)
+    #: Stages this one reads from: its FROM parent and every --from= of COPY/RUN --mount.
+    uses: set[str] = field(default_factory=set)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.instructions)
+
+
+def instructions(text: str) -> list[str]:
+    """Instructions with continuation lines joined; comments and blank lines dropped."""
+    result: list[str] = []
+    current = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("#")):
+            continue
+        if current and stripped.startswith("#"):
+            continue  # a comment line inside a continued instruction is dropped by BuildKit
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        result.append(current + line)
+        current = ""
+    assert not current, "Dockerfile ends inside a continued instruction"
+    return result
+
+
+def parse_dockerfile(text: str) -> dict[str, Stage]:
+    stages: dict[str, Stage] = {}
+    stage: Stage | None = None
+    for instruction in instructions(text):
+        keyword = instruction.split(None, 1)[0].upper()
+        if keyword == "FROM":
+            match = re.match(r"FROM\s+(\S+)\s+AS\s+(\S+)$", instruction, re.IGNORECASE)
+            assert match, f"FROM without a stage name: {instruction}"
+            base, name = match.groups()
+            stage = Stage(name, base)
+            if base in stages:
+                stage.uses.add(base)
+            stages[name] = stage
+            continue
+        assert stage is not None, f"instruction before FROM: {instruction}"
+        stage.instructions.append(instruction)
+        for source in re.findall(r"--from=([A-Za-z0-9_.-]+)", instruction):
+            stage.uses.add(source)
+    return stages
+
+
+def depends_on(stages: dict[str, Stage], name: str) -> set[str]:
+    """Every stage ``name`` reads from, directly or through other stages."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for used in stages[todo.pop()].uses:
+            if used in stages and used not in seen:
+                seen.add(used)
+                todo.append(used)
+    return seen
+
+
+def rewrite_lock(recipe: Recipe, template: Path, base_digest: str,
+                 urls: dict[str, str] | None = None, path: Path | None = None) -> Lock:
+    """Copy the lock ``template`` for ``recipe``: its input hash, base image and digest,
+    and wheel URLs replaced per ``urls`` (package name -> URL); every hash kept."""
+    import tomllib
+
+    document = tomllib.loads(template.read_text(encoding="utf-8"))
+    for package in document["packages"]:
+        if urls and package["name"] in urls:
+            package["wheels"][0]["url"] = urls[package["name"]]
+    tool = document["tool"]["imagebuild"]
+    tool.update(tool_table(recipe, base_digest, None, None, None))
+    tool["wheel-index"] = recipe.wheels.index_url
+    target = path or lock_path(recipe)
+    target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
+    return read_lock(target)
