@@ -227,7 +227,7 @@ def docker_run_kwargs(target: Target, invocation: Invocation,
     if invocation.inputs_dir:
         kwargs["volumes"][str(invocation.inputs_dir)] = {"bind": CONTAINER_INPUTS, "mode": "ro"}
     if invocation.mount_checks:
-        kwargs["volumes"][str(invocation.mount_checks / "lib")] = {"bind": IMAGE_LIB, "mode": "ro"}
+        kwargs["volumes"][str(invocation.mount_checks)] = {"bind": IMAGE_LIB, "mode": "ro"}
     return kwargs
 
 
@@ -272,7 +272,7 @@ def podman_argv(target: Target, invocation: Invocation, binary: str = "podman") 
     if invocation.inputs_dir:
         argv += ["--volume", f"{invocation.inputs_dir}:{CONTAINER_INPUTS}:ro"]
     if invocation.mount_checks:
-        argv += ["--volume", f"{invocation.mount_checks / 'lib'}:{IMAGE_LIB}:ro"]
+        argv += ["--volume", f"{invocation.mount_checks}:{IMAGE_LIB}:ro"]
     return argv + [str(target.ref), "-m", IMAGE_PACKAGE, *invocation.runner_args,
                    "--events", "--report", "-"]
 
@@ -288,7 +288,7 @@ def apptainer_argv(target: Target, invocation: Invocation, binary: str = "apptai
     if invocation.inputs_dir:
         argv += ["--bind", f"{invocation.inputs_dir}:{CONTAINER_INPUTS}:ro"]
     if invocation.mount_checks:
-        argv += ["--bind", f"{invocation.mount_checks / 'lib'}:{IMAGE_LIB}:ro"]
+        argv += ["--bind", f"{invocation.mount_checks}:{IMAGE_LIB}:ro"]
     return argv + [str(target.ref), *runner_command(invocation.python, invocation.runner_args)]
 
 
@@ -301,7 +301,7 @@ def enroot_argvs(target: Target, invocation: Invocation, name: str,
     if invocation.inputs_dir:
         start += ["--mount", f"{invocation.inputs_dir}:{CONTAINER_INPUTS}"]
     if invocation.mount_checks:
-        start += ["--mount", f"{invocation.mount_checks / 'lib'}:{IMAGE_LIB}"]
+        start += ["--mount", f"{invocation.mount_checks}:{IMAGE_LIB}"]
     start += [name, *runner_command(invocation.python, invocation.runner_args)]
     return ([binary, "create", "--force", "--name", name, str(target.ref)], start,
             [binary, "remove", "--force", name])

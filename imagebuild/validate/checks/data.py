@@ -1,8 +1,8 @@
 """The GPU peak table and thresholds (gpus.json) and the user's threshold overrides.
 
-gpus.json is the single source for both sides: the host reads it from the imagebuild
-package (imagebuild/data/gpus.json), the image gets a copy next to this package. It is
-JSON, not YAML, because the in-image checks read it with the standard library only.
+gpus.json, next to this module, is the single source for both sides: the host reads it
+from here, and every image carries it inside its copy of this package. It is JSON, not
+YAML, because the in-image checks read it with the standard library only.
 """
 
 from __future__ import annotations
@@ -42,9 +42,8 @@ class GpuMatch:
 
 
 def default_data_paths() -> list[Path]:
-    here = Path(__file__).resolve().parent
-    # In an image the copy sits next to the package; in a checkout it is imagebuild/data/.
-    return [here / DATA_FILE, here.parent.parent / "data" / DATA_FILE]
+    # Part of this package, so every copy of the checks (in an image, too) carries it.
+    return [Path(__file__).resolve().parent / DATA_FILE]
 
 
 def load_gpu_data(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:

@@ -49,6 +49,8 @@ SPAWNED_ENV = "IMAGEBUILD_VALIDATE_LAUNCHER"
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["validate"]:  # the image's `imagebuild` shim passes its arguments on
+        argv = argv[1:]
     options = parse(argv)  # argparse reports bad flags itself, exit code 2
     try:
         check_consistency(options)
