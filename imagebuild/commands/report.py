@@ -8,10 +8,10 @@ for two reports, and writes a PNG plot of the numeric figures.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
+from imagebuild.validate.checks.report import utc_now
 from imagebuild.validate.compare import comparison_rows, label, load_report, plot
 
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     if not args.no_plot:
         path = args.plot or Path("reports") / (
-            f"compare-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.png")
+            f"compare-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.png")
         plot(reports, labels, path)
         console.print(f"plot: {path}")
     return 0
