@@ -55,9 +55,6 @@ SITE_CA_SHELL = (
     f"CURL_CA_BUNDLE={SITE_CA_PATH} GIT_SSL_CAINFO={SITE_CA_PATH} UV_NATIVE_TLS=0; fi;"
 )
 
-#: How many lines of the failing step go into the error message.
-ERROR_TAIL_LINES = 25
-
 
 @dataclass(frozen=True)
 class ImageRef:
@@ -182,7 +179,6 @@ def _shorten(text: str, limit: int = 200) -> str:
 def _failure_error(failure: BuildFailure, engine: Engine, log_path: Path,
                    attempts: int) -> BuildError:
     tail = [line for line in failure.tail if line.strip() != failure.message.strip()]
-    tail = tail[-ERROR_TAIL_LINES:]
     after = f" (after {attempts} attempts)" if attempts > 1 else ""
     message = f"image build failed with {engine.backend}{after}: {_shorten(failure.message, 300)}"
     if _TLS_TRUST.search(failure.text):
@@ -221,7 +217,8 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
     attempt = 0
-    with open(log_path, "a", encoding="utf-8") as log, \
+    # line-buffered: `tail -f` on the log follows an hours-long build as it happens
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log, \
             tempfile.TemporaryDirectory(prefix="imagebuild-build-") as tmp:
         def one_attempt() -> str:
             nonlocal attempt
@@ -252,7 +249,8 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
 
 
 def _log(log: IO[str], text: str) -> None:
-    stamp = datetime.now(timezone.utc).strftime  # noqa: UP017 (datetime.UTC is 3.11+)("%Y-%m-%dT%H:%M:%SZ")
+    # datetime.UTC would need Python 3.11
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
     log.write(f"== imagebuild {stamp}: {text}\n")
     log.flush()
 

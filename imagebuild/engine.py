@@ -95,6 +95,26 @@ class CommandRunner:
         return CommandResult(argv, returncode, "\n".join(lines))
 
     def _stop(self, proc: subprocess.Popen) -> None:
+        # Remember every descendant first: podman's RUN containers are started by runc in
+        # their own session as a pid-namespace init, which ignores SIGINT/SIGTERM and
+        # outlives an interrupted `podman build` (measured: podman 4.3 / buildah 1.28).
+        # Killing those first lets podman see its RUN step fail and clean up its working
+        # containers itself; signalled first, it exits and leaks them.
+        descendants = _descendants(proc.pid)
+        escaped = [p for p in descendants if p.group() != proc.pid]
+        if escaped:
+            for process in escaped:
+                process.signal(signal.SIGKILL)
+            try:
+                proc.wait(timeout=self.grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self._stop_group(proc)
+        survivors = [p for p in descendants if p.alive()]
+        for process in survivors:
+            process.signal(signal.SIGKILL)
+
+    def _stop_group(self, proc: subprocess.Popen) -> None:
         for sig, wait_s in ((signal.SIGINT, self.grace_s), (signal.SIGTERM, self.grace_s),
                             (signal.SIGKILL, None)):
             if not _signal_group(proc.pid, sig):
@@ -109,6 +129,60 @@ class CommandRunner:
         if _signal_group(proc.pid, signal.SIGTERM):
             time.sleep(0.2)
             _signal_group(proc.pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class _Process:
+    """A pid plus its start time, so a recycled pid is never signalled by mistake."""
+
+    pid: int
+    start: str
+
+    @staticmethod
+    def read(pid: int) -> tuple[int, str] | None:
+        """(parent pid, start time) from /proc/<pid>/stat, None when gone."""
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces
+        return int(fields[1]), fields[19]
+
+    def alive(self) -> bool:
+        now = self.read(self.pid)
+        return now is not None and now[1] == self.start
+
+    def group(self) -> int | None:
+        try:
+            return os.getpgid(self.pid)
+        except ProcessLookupError:
+            return None
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _descendants(root: int) -> list[_Process]:
+    """Every live descendant of ``root`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    try:
+        entries = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return []
+    for pid in entries:
+        info = _Process.read(pid)
+        if info is not None:
+            children.setdefault(info[0], []).append((pid, info[1]))
+    found: list[_Process] = []
+    pending = [root]
+    while pending:
+        for pid, start in children.get(pending.pop(), []):
+            found.append(_Process(pid, start))
+            pending.append(pid)
+    return found
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -459,7 +533,33 @@ class PodmanEngine(Engine):
         if user:
             argv += ["--user", user]
         result = self._cli(*argv, ref, *command)
+        if result.returncode == 126 and "error setting rlimit" in result.output:
+            # Rootful podman raises nofile to 1048576 and nproc to 32768; without
+            # CAP_SYS_RESOURCE (sandboxed VMs, measured on a Firecracker CI VM) runc cannot,
+            # and the container never starts. Inherit this process's limits instead.
+            result = self._cli(*argv, *_inherited_ulimits(), ref, *command)
         return RunResult(result.returncode, result.output)
+
+
+def _inherited_ulimits() -> list[str]:
+    """``--ulimit`` flags for this process's own hard limits (always allowed to keep).
+
+    nproc stays below pid_max: on the VM measured, runc refused nproc >= pid_max (32768)
+    even as root.
+    """
+    import resource
+
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 32768
+    limits = []
+    if nofile != resource.RLIM_INFINITY:
+        limits += ["--ulimit", f"nofile={nofile}:{nofile}"]
+    nproc = pid_max - 1 if nproc == resource.RLIM_INFINITY else min(nproc, pid_max - 1)
+    return limits + ["--ulimit", f"nproc={nproc}:{nproc}"]
 
 
 def _last_line(text: str) -> str:

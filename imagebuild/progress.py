@@ -39,6 +39,9 @@ ProgressFormat = Literal["buildkit", "podman"]
 
 #: How many output lines of each step are kept for the failure message.
 TAIL_LINES = 25
+#: How many earlier error-looking lines are kept beside the tail.
+ERROR_LINES = 5
+_ERRORISH = re.compile(r"\berror\b|\bfatal\b|\bfailed\b|\*\*\*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,25 @@ class _Step:
     step: str | None
     instruction: str | None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    #: (line number, text) of the last lines that look like errors: a compiler's first
+    #: "error:" often scrolls out of the tail (make keeps printing, and stderr lines may
+    #: arrive before buffered stdout), yet it is the line the user needs.
+    errors: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=ERROR_LINES))
+    count: int = 0
+
+    def add(self, text: str) -> None:
+        self.tail.append(text)
+        if _ERRORISH.search(text):
+            self.errors.append((self.count, text))
+        self.count += 1
+
+    def excerpt(self) -> tuple[str, ...]:
+        """Error-looking lines from before the tail, then the tail itself."""
+        first_in_tail = self.count - len(self.tail)
+        earlier = [text for number, text in self.errors if number < first_in_tail]
+        if not earlier:
+            return tuple(self.tail)
+        return (*earlier, f"[... {first_in_tail - len(earlier)} more lines ...]", *self.tail)
 
 
 _BK_LINE = re.compile(r"^#(?P<id>\d+) (?P<rest>.*)$")
@@ -167,11 +189,11 @@ class BuildLogParser:
             return [self._event("error", known, text=message)]
         output = _BK_OUTPUT.match(rest)
         if output:
-            known.tail.append(output["text"])
+            known.add(output["text"])
             return [self._event("output", known, text=output["text"])]
         if rest == known.name or _BK_NOISE.match(rest):
             return []  # repeated header when output resumes; digests; transfer progress
-        known.tail.append(rest)
+        known.add(rest)
         return [self._event("output", known, text=rest)]
 
     @staticmethod
@@ -229,7 +251,7 @@ class BuildLogParser:
                     return [self._event("error", current, text=error["msg"])]
             return []
         if current is not None and not line.startswith(("[", "COMMIT ", "Successfully tagged")):
-            current.tail.append(line)
+            current.add(line)
             return [self._event("output", current, text=line)]
         if line.strip():
             self.loose.append(line)
@@ -243,7 +265,7 @@ class BuildLogParser:
             label = step.name if step.instruction is None else (
                 f"{step.stage} {step.step}: {step.instruction}" if step.stage and step.step
                 else f"{step.step}: {step.instruction}" if step.step else step.name)
-            return BuildFailure(label, tuple(step.tail),
+            return BuildFailure(label, step.excerpt(),
                                 self.error_message or "the step failed")
         message = self.error_message or (self.loose[-1] if self.loose else
                                          "the build failed without an error message")

@@ -187,7 +187,11 @@ def test_runner_missing_binary_is_an_engine_error():
         CommandRunner().run(["no-such-binary-here"])
 
 
-def test_interrupt_stops_the_whole_process_group():
+@pytest.mark.parametrize("spawn", [
+    "sleep 60 &",          # same process group, ignores SIGINT (a shell's background job)
+    "setsid sleep 60 &",   # own session, like the runc container of a podman RUN step
+])
+def test_interrupt_stops_the_whole_process_group(spawn):
     pid_file = []
 
     def on_line(line: str) -> None:
@@ -199,7 +203,7 @@ def test_interrupt_stops_the_whole_process_group():
     with pytest.raises(KeyboardInterrupt):
         # the grandchild ignores nothing special: SIGINT to the group must reach it
         CommandRunner(grace_s=5).run(
-            ["sh", "-c", "sleep 60 & echo child $!; wait"], on_line=on_line)
+            ["sh", "-c", f"{spawn} echo child $!; wait"], on_line=on_line)
     assert time.monotonic() - started < 10
     (grandchild,) = pid_file
     for _ in range(50):

@@ -156,3 +156,19 @@ def test_live_display_renders_stage_step_and_counts():
     assert "3/3: RUN echo done-$(date +%s)" in text
     assert "(2 done, 1 cached)" in text
     assert "done-1795315417" in text  # the current step's last output line
+
+
+def test_an_early_error_line_is_kept_beside_the_tail():
+    lines = ["#6 [broken 1/2] RUN make -j2",
+             "#6 0.1 cc -c a.c",
+             "#6 0.2 a.c:3:5: error: unknown type name 'flaot'",
+             *[f"#6 0.3 cc -c file{i}.c" for i in range(40)],
+             "#6 0.4 make: *** [Makefile:4: a.o] Error 1",
+             "#6 ERROR: executor failed running [/bin/sh -c make -j2]: exit code: 2"]
+    parser = BuildLogParser("buildkit")
+    parser.feed_all(lines)
+    tail = parser.failure().tail
+    assert tail[0] == "a.c:3:5: error: unknown type name 'flaot'"
+    assert tail[1] == "[... 17 more lines ...]"
+    assert tail[2:] == tuple(f"cc -c file{i}.c" for i in range(16, 40)) + (
+        "make: *** [Makefile:4: a.o] Error 1",)
