@@ -402,6 +402,9 @@ def _tidy(text: str) -> str:
 
 
 def _check_recipe(recipe: Recipe) -> None:
+    if ".." in recipe.hipblaslt.subdir.split("/"):
+        raise RenderError(f"{_display(recipe.path)}: hipblaslt.subdir: "
+                          f"{recipe.hipblaslt.subdir!r} leaves the checkout (no '..' parts)")
     for key, _ in recipe.env:
         if key in RESERVED_ENV:
             raise RenderError(f"{_display(recipe.path)}: env.{key}: set by imagebuild itself "

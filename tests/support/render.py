@@ -162,3 +162,68 @@ def rewrite_lock(recipe: Recipe, template: Path, base_digest: str,
     target = path or lock_path(recipe)
     target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
     return read_lock(target)
+
+
+# --- cache model ----------------------------------------------------------------------------
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _content_digest(path: Path) -> str:
+    """What BuildKit's cache key sees of a context path: names, modes and bytes."""
+    if path.is_dir():
+        entries = sorted(p for p in path.rglob("*") if p.is_file())
+        return _digest(*(f"{p.relative_to(path)}:{p.stat().st_mode:o}:{_content_digest(p)}"
+                         for p in entries))
+    if not path.exists():
+        return "missing"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def context_sources(instruction: str) -> list[str]:
+    """Context paths an instruction reads: bind-mount sources and COPY sources."""
+    sources = []
+    for options in re.findall(r"--mount=(\S+)", instruction):
+        fields = dict(f.split("=", 1) for f in options.split(",") if "=" in f)
+        if fields.get("type") == "bind" and "from" not in fields:
+            sources.append(fields["source"])
+    words = instruction.split()
+    if words[0].upper() == "COPY" and not any(w.startswith("--from=") for w in words):
+        sources += [w for w in words[1:-1] if not w.startswith("--")]
+    return sources
+
+
+def cache_keys(text: str, context: Path | None = None) -> dict[str, list[str]]:
+    """A model of BuildKit's cache keys: stage -> one key per instruction, chained.
+
+    A step's key covers its parent's key, its own text, the keys of the stages it reads
+    (--from=) and the content of the context files it reads (bind mounts, COPY), which is
+    what decides whether BuildKit reuses it. Without ``context`` only the names count.
+    """
+    keys: dict[str, list[str]] = {}
+    for name, stage in parse_dockerfile(text).items():
+        parent = keys[stage.base][-1] if stage.base in keys else f"image {stage.base}"
+        chain = [_digest(parent)]
+        for instruction in stage.instructions:
+            parts = [chain[-1], instruction]
+            parts += [keys[used][-1] for used in re.findall(r"--from=([A-Za-z0-9_.-]+)",
+                                                          instruction) if used in keys]
+            for source in context_sources(instruction):
+                parts.append(_content_digest(context / source) if context else source)
+            chain.append(_digest(*parts))
+        keys[name] = chain
+    return keys
+
+
+def rebuilt(before: dict[str, list[str]], after: dict[str, list[str]]) -> set[str]:
+    """Stages whose result differs (their last key changed)."""
+    return {name for name in after if before.get(name, [None])[-1] != after[name][-1]}
+
+
+def first_changed(before: list[str], after: list[str]) -> int | None:
+    """Index (1 = first instruction after FROM) of the first re-run step of a stage."""
+    for index, (old, new) in enumerate(zip(before, after)):
+        if old != new:
+            return index
+    return None if len(before) == len(after) else min(len(before), len(after))

@@ -1,0 +1,213 @@
+"""Cache behaviour is part of the contract, proved over the rendered stage graph.
+
+Each test renders a recipe before and after one change, stages both build contexts, and
+compares a model of BuildKit's cache keys (tests/support/render.py: a step's key covers its
+parent step, its text, the stages it copies from and the context files it reads). A stage
+whose last key is unchanged is reused by BuildKit; the tests name exactly which stages a
+change rebuilds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagebuild.model import GitSource, Recipe
+from imagebuild.recipe import load_recipe
+from imagebuild.render import build_context, render_dockerfile
+from tests.render.conftest import FIXTURES, REPO
+from tests.support.render import (
+    cache_keys,
+    context_sources,
+    depends_on,
+    first_changed,
+    parse_dockerfile,
+    rebuilt,
+    write_lock,
+)
+
+
+class Variant:
+    """One rendered recipe with its lock and staged build context."""
+
+    def __init__(self, recipe: Recipe, root: Path):
+        # Same lock file name for every variant: the lock's path is part of what is staged.
+        lock_file = root / "recipes" / f"pylock.{recipe.name}.toml"
+        lock_file.parent.mkdir(parents=True)
+        self.recipe = recipe
+        self.lock = write_lock(recipe, lock_file)
+        self.context = build_context(recipe, self.lock, root / "context").directory
+        self.text = render_dockerfile(recipe, self.lock)
+        self.stages = parse_dockerfile(self.text)
+        self.keys = cache_keys(self.text, self.context)
+
+    def index(self, stage: str, prefix: str) -> int:
+        """1-based position of the first instruction of ``stage`` starting with ``prefix``."""
+        for position, instruction in enumerate(self.stages[stage].instructions, start=1):
+            if instruction.startswith(prefix):
+                return position
+        raise AssertionError(f"no {prefix!r} in stage {stage}")
+
+    def seen_by(self, stage: str) -> str:
+        """Everything a stage's steps read: their text and the context files they use."""
+        parts = []
+        for instruction in self.stages[stage].instructions:
+            parts.append(instruction)
+            for source in context_sources(instruction):
+                path = self.context / source
+                files = sorted(path.rglob("*")) if path.is_dir() else [path]
+                parts += [f.read_text() for f in files if f.is_file()]
+        return "\n".join(parts)
+
+
+@pytest.fixture
+def rocm(tmp_path: Path) -> Recipe:
+    return load_recipe("rocm-7.0.2", REPO)
+
+
+def variants(tmp_path: Path, before: Recipe, after: Recipe) -> tuple[Variant, Variant]:
+    return Variant(before, tmp_path / "before"), Variant(after, tmp_path / "after")
+
+
+def with_pin(recipe: Recipe, name: str, version: str) -> Recipe:
+    pinned = tuple((n, version if n == name else v) for n, v in recipe.wheels.pinned)
+    return replace(recipe, wheels=replace(recipe.wheels, pinned=pinned))
+
+
+# --- the stage graph ------------------------------------------------------------------------
+
+def test_stage_graph_of_rocm_7_0_2(tmp_path: Path, rocm: Recipe):
+    variant = Variant(rocm, tmp_path)
+    stages = variant.stages
+    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "python", "final"]
+    assert stages["base"].base.startswith("rocm/dev-ubuntu-24.04:7.0.2-complete@sha256:")
+    assert stages["toolchain"].uses == {"base"}
+    assert stages["hipblaslt"].uses == {"toolchain"}
+    assert stages["plugin"].uses == {"toolchain"}
+    # The venv never waits for (or rebuilds with) the compilers.
+    assert stages["python"].uses == {"base"}
+    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "python"}
+    assert "toolchain" not in stages["final"].uses  # no compilers in the final image
+    assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin", "python"}
+
+
+def test_cpu_recipe_has_base_python_final_only(tmp_path: Path):
+    variant = Variant(load_recipe("cpu-test", FIXTURES), tmp_path)
+    assert list(variant.stages) == ["base", "python", "final"]
+    assert variant.stages["final"].uses == {"base", "python"}
+
+
+def test_recipe_values_reach_only_the_stages_that_use_them(tmp_path: Path, rocm: Recipe):
+    recipe = replace(rocm, env=rocm.env + (("SENTINEL_ENV", "env-value-4711"),),
+                     labels=rocm.labels + (("org.example.sentinel", "label-value-4712"),),
+                     os_packages=rocm.os_packages + ("sentinel-package",))
+    variant = Variant(recipe, tmp_path)
+    torch = recipe.wheels.version_of("torch")
+    where = {stage: variant.seen_by(stage) for stage in variant.stages}
+    for value in ("env-value-4711", "label-value-4712", "sentinel-package"):
+        assert [s for s, seen in where.items() if value in seen] == ["final"], value
+    # The wheel pins reach the python stage (its staged pylock.toml) and the final stage's
+    # labels and manifest; never a source build.
+    assert [s for s, seen in where.items() if torch in seen] == ["python", "final"]
+    assert [s for s, seen in where.items() if "gfx90a;gfx942" in seen] == ["hipblaslt"]
+    assert variant.lock.hipblaslt.commit in where["hipblaslt"]
+    assert variant.lock.hipblaslt.commit not in where["python"] + where["plugin"]
+    assert variant.lock.network_plugin.commit in where["plugin"]
+    assert variant.lock.libfabric.sha256 in where["plugin"]
+
+
+# --- what each change rebuilds --------------------------------------------------------------
+
+def test_env_change_rebuilds_no_heavy_stage(tmp_path: Path, rocm: Recipe):
+    before, after = variants(tmp_path, rocm, replace(rocm, env=rocm.env + (("NEW", "1"),)))
+    assert rebuilt(before.keys, after.keys) == {"final"}
+    # Inside final, only the cheap tail re-runs: the copies of the heavy stages are reused.
+    assert first_changed(before.keys["final"], after.keys["final"]) >= \
+        after.index("final", "COPY manifest.json")
+
+
+def test_label_change_rebuilds_no_heavy_stage(tmp_path: Path, rocm: Recipe):
+    changed = replace(rocm, labels=rocm.labels + (("org.example.site", "cscs"),))
+    before, after = variants(tmp_path, rocm, changed)
+    assert rebuilt(before.keys, after.keys) == {"final"}
+    assert first_changed(before.keys["final"], after.keys["final"]) >= \
+        after.index("final", "COPY manifest.json")
+
+
+def test_wheel_pin_change_rebuilds_neither_hipblaslt_nor_plugin(tmp_path: Path, rocm: Recipe):
+    before, after = variants(tmp_path, rocm,
+                             with_pin(rocm, "torch", "2.8.0+rocm7.0.2.lw.git12345678"))
+    assert rebuilt(before.keys, after.keys) == {"python", "final"}
+    # uv itself is not fetched again: only the venv step re-runs.
+    assert first_changed(before.keys["python"], after.keys["python"]) == \
+        after.index("python", "RUN --mount=type=cache,id=imagebuild-uv")
+
+
+def test_gpu_target_change_rebuilds_hipblaslt_not_python(tmp_path: Path, rocm: Recipe):
+    before, after = variants(tmp_path, rocm, replace(rocm, gpu_targets=("gfx942",)))
+    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "final"}
+    # The source checkout is reused; the build step is the first to re-run.
+    checkout = after.index("hipblaslt", "RUN --mount=type=secret")
+    assert first_changed(before.keys["hipblaslt"], after.keys["hipblaslt"]) > checkout
+    assert "-a gfx942 " in after.stages["hipblaslt"].text
+
+
+def test_hipblaslt_ref_change_rebuilds_only_hipblaslt(tmp_path: Path, rocm: Recipe):
+    source = GitSource(rocm.hipblaslt.source.repository, "rocm-7.0.3")
+    changed = replace(rocm, hipblaslt=replace(rocm.hipblaslt, source=source))
+    before, after = variants(tmp_path, rocm, changed)
+    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "final"}
+
+
+def test_plugin_ref_change_keeps_libfabric(tmp_path: Path, rocm: Recipe):
+    plugin = rocm.network_plugin
+    changed = replace(rocm, network_plugin=replace(
+        plugin, source=GitSource(plugin.source.repository, "v1.19.0")))
+    before, after = variants(tmp_path, rocm, changed)
+    assert rebuilt(before.keys, after.keys) == {"plugin", "final"}
+    libfabric_build = after.index("plugin", "RUN ./configure --prefix=/opt/libfabric")
+    assert first_changed(before.keys["plugin"], after.keys["plugin"]) > libfabric_build
+
+
+def test_os_package_change_rebuilds_only_final(tmp_path: Path, rocm: Recipe):
+    changed = replace(rocm, os_packages=rocm.os_packages + ("htop",))
+    before, after = variants(tmp_path, rocm, changed)
+    assert rebuilt(before.keys, after.keys) == {"final"}
+
+
+def test_base_image_change_rebuilds_everything(tmp_path: Path, rocm: Recipe):
+    changed = replace(rocm, base_image="rocm/dev-ubuntu-24.04:7.0.2")
+    before, after = variants(tmp_path, rocm, changed)
+    assert rebuilt(before.keys, after.keys) == set(after.stages)
+
+
+def test_cpu_recipe_env_change_keeps_the_venv(tmp_path: Path):
+    recipe = load_recipe("cpu-test", FIXTURES)
+    before, after = variants(tmp_path, recipe,
+                             replace(recipe, env=recipe.env + (("OMP_PROC_BIND", "close"),)))
+    assert rebuilt(before.keys, after.keys) == {"final"}
+    assert first_changed(before.keys["final"], after.keys["final"]) >= \
+        after.index("final", "COPY manifest.json")
+
+
+def test_cache_model_sees_context_content(tmp_path: Path, rocm: Recipe):
+    """The model must be able to fail: a changed staged file changes the step that reads it."""
+    variant = Variant(rocm, tmp_path)
+    pylock = variant.context / "pylock.toml"
+    pylock.write_text(pylock.read_text() + "\n# edited\n")
+    assert rebuilt(variant.keys, cache_keys(variant.text, variant.context)) == \
+        {"python", "final"}
+
+
+def test_heavy_stages_come_before_volatile_final_steps(tmp_path: Path, rocm: Recipe):
+    """Inside final: packages, then the stage copies, then manifest/checks, ENV, LABEL."""
+    final = Variant(rocm, tmp_path).stages["final"].instructions
+    kinds = [i.split()[0] for i in final]
+    last_copy_from = max(n for n, i in enumerate(final) if "--from=" in i)
+    first_env = kinds.index("ENV")
+    assert kinds[0] == "RUN" and "apt-get install" in final[0]
+    assert last_copy_from < first_env
+    assert all(k == "LABEL" for k in kinds[kinds.index("LABEL"):])
+    assert set(kinds[first_env:kinds.index("LABEL")]) == {"ENV"}
