@@ -344,7 +344,10 @@ class ProgressDisplay:
                     f"({self.done} steps built, {self.cached} cached)")
 
     def _print(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        if self._live is not None:  # above the live line, kept in the scrollback
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def __call__(self, event: BuildEvent) -> None:
         if event.stage == "internal" or (event.step is None and event.kind != "error"):
@@ -364,7 +367,7 @@ class ProgressDisplay:
             self.done += 1
             took = event.elapsed if event.elapsed is not None else (
                 now - self._step_started.get(event.step_id, now))
-            if not self.live and took >= 10:
+            if took >= 10:  # slow steps stay visible, live or not
                 self._print(f"[{_clock(now - self.started)}]   done in {_clock(took)}: "
                             f"{event.label[:80]}")
         elif event.kind == "error":
