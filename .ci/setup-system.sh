@@ -13,8 +13,8 @@ set -euo pipefail
 DOCKERD_LOG=${IMAGEBUILD_DOCKERD_LOG:-/var/log/imagebuild-dockerd.log}
 REGISTRY_ADDR=${IMAGEBUILD_REGISTRY_ADDR:-127.0.0.1:5000}
 REGISTRY_DIR=${IMAGEBUILD_REGISTRY_DIR:-/var/lib/imagebuild-registry}
-REGISTRY_CONFIG=/etc/imagebuild/registry.yml
-REGISTRY_LOG=/var/log/imagebuild-registry.log
+REGISTRY_CONFIG=/etc/imagebuild/registry-${REGISTRY_ADDR##*:}.yml
+REGISTRY_LOG=/var/log/imagebuild-registry-${REGISTRY_ADDR##*:}.log
 # Debian's docker client (20.10) builds with BuildKit when DOCKER_BUILDKIT=1; a newer
 # client earlier on PATH may lack the buildx plugin and then cannot build at all.
 DOCKER=/usr/bin/docker
@@ -60,10 +60,16 @@ fi
 if "$DOCKER" info >/dev/null 2>&1; then
     say "dockerd already answering"
 else
+    if [[ -d /run/systemd/system ]] && systemctl is-enabled docker.service >/dev/null 2>&1; then
+        # The package's unit starts dockerd with the default bridge and iptables, which
+        # fail on many CI VMs; it would then keep restarting and hold the pid file.
+        say "stopping systemd's docker.service (not answering)"
+        systemctl stop docker.service docker.socket >/dev/null 2>&1 || true
+    fi
     say "starting dockerd (log: $DOCKERD_LOG)"
     # No bridge/iptables: CI VMs and containers often cannot create them; builds and
-    # test containers use --network host instead.
-    nohup dockerd --bridge=none --iptables=false >"$DOCKERD_LOG" 2>&1 &
+    # test containers use --network host instead. setsid: outlive this script's session.
+    setsid nohup dockerd --bridge=none --iptables=false >"$DOCKERD_LOG" 2>&1 < /dev/null &
     for _ in $(seq 1 60); do
         "$DOCKER" info >/dev/null 2>&1 && break
         sleep 1
@@ -82,7 +88,13 @@ if registry_up; then
     say "registry already answering on $REGISTRY_ADDR"
 else
     # Debian's shipped config enables htpasswd auth and listens on all interfaces; the
-    # tests want an open registry on loopback only.
+    # tests want an open registry on loopback only. Installing the package may have
+    # started that one on :5000 already.
+    if [[ -d /run/systemd/system ]] && systemctl is-active docker-registry.service >/dev/null 2>&1
+    then
+        say "stopping systemd's docker-registry.service (it requires auth)"
+        systemctl stop docker-registry.service >/dev/null 2>&1 || true
+    fi
     mkdir -p "$(dirname "$REGISTRY_CONFIG")" "$REGISTRY_DIR"
     cat >"$REGISTRY_CONFIG" <<EOF
 version: 0.1
@@ -97,7 +109,8 @@ http:
   addr: $REGISTRY_ADDR
 EOF
     say "starting docker-registry on $REGISTRY_ADDR (config: $REGISTRY_CONFIG, log: $REGISTRY_LOG)"
-    nohup /usr/bin/docker-registry serve "$REGISTRY_CONFIG" >"$REGISTRY_LOG" 2>&1 &
+    setsid nohup /usr/bin/docker-registry serve "$REGISTRY_CONFIG" >"$REGISTRY_LOG" 2>&1 \
+        < /dev/null &
     for _ in $(seq 1 30); do
         registry_up && break
         sleep 0.5
