@@ -26,7 +26,6 @@ import yaml
 
 from imagebuild.errors import Problem, SiteProfileError, SquashError
 
-SITES_PACKAGE = "imagebuild.data.sites"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -69,12 +68,17 @@ class SiteProfile:
 
 # --- loading ----------------------------------------------------------------------------------
 
+def _shipped_sites() -> Any:
+    # package data (pyproject: data/**/*), not a package: no __init__.py needed there
+    return resources.files("imagebuild") / "data" / "sites"
+
+
 def _project_sites(project: Path | None) -> Path | None:
     return project / "sites" if project is not None else None
 
 
 def site_names(project: Path | None = None) -> list[str]:
-    names = {p.name[:-5] for p in resources.files(SITES_PACKAGE).iterdir()
+    names = {p.name[:-5] for p in _shipped_sites().iterdir()
              if p.name.endswith(".yaml")}
     local = _project_sites(project)
     if local is not None and local.is_dir():
@@ -90,7 +94,7 @@ def load_site(name: str, project: Path | None = None) -> SiteProfile:
     if local is not None and (local / f"{name}.yaml").is_file():
         path = local / f"{name}.yaml"
         return parse_site(path.read_bytes(), str(path))
-    shipped = resources.files(SITES_PACKAGE) / f"{name}.yaml"
+    shipped = _shipped_sites() / f"{name}.yaml"
     if not shipped.is_file():
         known = ", ".join(site_names(project)) or "none"
         raise SquashError(f"--site: no site profile {name!r} (known: {known})")
