@@ -236,33 +236,43 @@ def test_interrupt_stops_the_build_and_leaves_no_tag(engine_and_base, run_id, tm
     assert not processes_mentioning(f"RUN_ID={run_id}")
 
 
-@pytest.mark.docker
-def test_push_to_a_real_registry_and_resolve_the_digest(docker_engine, base_image,
-                                                        local_registry, run_id, site_ca,
-                                                        tmp_path):
-    tag = f"imagebuild-test/pushed:{run_id}"
-    image = build_multistage(docker_engine, base_image, run_id, site_ca, tmp_path, tag)
+def pull(engine: Engine, ref: str) -> None:
+    if engine.backend == "docker":
+        engine.client.images.pull(ref)
+    else:
+        subprocess.run([engine.binary, "pull", "--tls-verify=false", ref], check=True,
+                       capture_output=True)
+
+
+def test_push_to_a_real_registry_and_resolve_the_digest(engine_and_base, local_registry,
+                                                        run_id, site_ca, tmp_path):
+    engine, base = engine_and_base
+    repository = f"imagebuild-test/pushed-{engine.backend}"
+    tag = f"{repository}:{run_id}"
+    image = build_multistage(engine, base, run_id, site_ca, tmp_path, tag)
+    cleanup_refs = [tag, f"{local_registry}/{tag}"]
     try:
-        (pushed,) = push_image(docker_engine, image, local_registry, retry=FAST)
+        (pushed,) = push_image(engine, image, local_registry, retry=FAST)
+        cleanup_refs.append(pushed.pinned)
         assert pushed.ref == f"{local_registry}/{tag}"
-        tags = requests.get(f"http://{local_registry}/v2/imagebuild-test/pushed/tags/list",
+        tags = requests.get(f"http://{local_registry}/v2/{repository}/tags/list",
                             timeout=10).json()["tags"]
         assert run_id in tags
         # the registry's own answer agrees with what the push reported
         assert resolve_image_digest(pushed.ref) == pushed.digest
         manifest = requests.get(
-            f"http://{local_registry}/v2/imagebuild-test/pushed/manifests/{pushed.digest}",
+            f"http://{local_registry}/v2/{repository}/manifests/{pushed.digest}",
             headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
             timeout=10)
         assert manifest.status_code == 200
         assert "sha256:" + hashlib.sha256(manifest.content).hexdigest() == pushed.digest
         # and the image comes back from the registry by digest
-        docker_engine.remove(pushed.ref)
-        docker_engine.client.images.pull(pushed.pinned)
-        assert docker_engine.image_id(pushed.pinned) == image.image_id
+        engine.remove(pushed.ref)
+        pull(engine, pushed.pinned)
+        assert engine.image_id(pushed.pinned) == image.image_id
     finally:
-        for ref in (tag, f"{local_registry}/{tag}", f"{local_registry}/imagebuild-test/pushed"):
-            docker_engine.remove(ref)
+        for ref in cleanup_refs:
+            engine.remove(ref)
 
 
 @pytest.mark.docker
