@@ -29,8 +29,8 @@ def hadolint() -> str:
 
 
 def lint(path: Path) -> str:
-    result = subprocess.run([hadolint(), "--no-color", str(path)], check=False, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run([hadolint(), "--no-color", str(path)], check=False,
+                            capture_output=True, text=True, timeout=60)
     return "" if result.returncode == 0 else (result.stdout + result.stderr or
                                                f"hadolint exited {result.returncode}")
 

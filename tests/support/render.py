@@ -227,3 +227,29 @@ def first_changed(before: list[str], after: list[str]) -> int | None:
         if old != new:
             return index
     return None if len(before) == len(after) else min(len(before), len(after))
+
+
+def served_lock(recipe: Recipe, server, wheels: list[tuple[str, str]], base_digest: str,
+                path: Path | None = None, payload_size: int = 0) -> Lock:
+    """Make small pure wheels in ``server``'s directory and lock ``recipe`` to them.
+
+    ``server`` is a tests.support.indexserver.IndexServer; the lock's URLs point at it, so
+    its request log shows every file an installer fetched.
+    """
+    from tests.support.indexserver import make_wheel, sha256_of
+
+    packages = []
+    for name, version in wheels:
+        wheel = make_wheel(server.directory, name, version, python_tag="py3", platform="any",
+                           payload_size=payload_size)
+        packages.append({"name": name, "version": version, "wheels": [{
+            "url": server.url_for(wheel.name), "size": wheel.stat().st_size,
+            "hashes": {"sha256": sha256_of(wheel)}}]})
+    document = {
+        "lock-version": "1.0", "created-by": "imagebuild",
+        "requires-python": f"=={recipe.python}.*", "packages": packages,
+        "tool": {"imagebuild": tool_table(recipe, base_digest, None, None, None)},
+    }
+    target = path or lock_path(recipe)
+    target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
+    return read_lock(target)
