@@ -197,7 +197,7 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
                 retry: RetryPolicy = RetryPolicy()) -> ImageRef:
     """Build ``dockerfile`` in ``context``; tag the result with ``tags`` once it succeeded.
 
-    The full output goes to ``log_path`` (all attempts, appended). Raises BuildError naming
+    The full output goes to ``log_path`` (rewritten per build; retries appended). Raises BuildError naming
     the failing step with its output tail; KeyboardInterrupt stops the build and leaves
     no tag. ``secrets`` maps BuildKit secret ids to files (see SITE_CA_SECRET_ID).
     """
@@ -210,15 +210,16 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
         if not Path(path).is_file():
             raise BuildError(f"build secret {secret_id}: {path} is not a file")
     if builder:
-        engine = engine.using_builder(builder) if isinstance(engine, DockerEngine) else None
-        if engine is None:
+        if not isinstance(engine, DockerEngine):
             raise EngineError(f"--builder {builder}: only valid with the docker backend (buildx)")
+        engine = engine.using_builder(builder)  # EngineError when this client has no buildx
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
     attempt = 0
-    # line-buffered: `tail -f` on the log follows an hours-long build as it happens
-    with open(log_path, "a", encoding="utf-8", buffering=1) as log, \
+    # One log per build (its attempts appended); line-buffered so that `tail -f` follows
+    # an hours-long build as it happens.
+    with open(log_path, "w", encoding="utf-8", buffering=1) as log, \
             tempfile.TemporaryDirectory(prefix="imagebuild-build-") as tmp:
         def one_attempt() -> str:
             nonlocal attempt

@@ -214,3 +214,12 @@ def test_interrupt_stops_the_whole_process_group(spawn):
         time.sleep(0.1)
     else:
         pytest.fail(f"sleep (pid {grandchild}) survived the interrupt")
+
+
+def test_a_builder_needs_buildx_on_the_engine_too():
+    engine = DockerEngine("/usr/bin/docker", buildx=False, runner=ScriptedRunner({}))
+    with pytest.raises(EngineError, match="--builder farm: selecting a builder needs docker "
+                                          "buildx, and /usr/bin/docker has no buildx plugin"):
+        engine.using_builder("farm")
+    farm = DockerEngine("/opt/docker", buildx=True, runner=ScriptedRunner({})).using_builder("farm")
+    assert farm.describe() == "docker (/opt/docker, buildx builder farm)"
