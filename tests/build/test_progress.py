@@ -172,3 +172,35 @@ def test_an_early_error_line_is_kept_beside_the_tail():
     assert tail[1] == "[... 17 more lines ...]"
     assert tail[2:] == tuple(f"cc -c file{i}.c" for i in range(16, 40)) + (
         "make: *** [Makefile:4: a.o] Error 1",)
+
+
+def test_newer_buildx_format():
+    # buildx >= 0.10 wording (as quoted in docker/buildx#3756); no machine here has buildx
+    lines = [
+        '#0 building with "default" instance using docker driver',
+        "#3 [1/3] FROM docker.io/library/python:3.11",
+        "#3 DONE 0.0s",
+        "#4 [2/3] RUN pip install -r requirements.txt",
+        ("#4 0.831 ERROR: Could not find a version that satisfies the requirement badpkg==99.0 "
+        "(from -r requirements.txt)"),
+        ('#4 ERROR: process "/bin/sh -c pip install -r requirements.txt" did not complete '
+        "successfully: exit code: 1"),
+        "------",
+        " > [2/3] RUN pip install -r requirements.txt:",
+        "0.831 ERROR: Could not find a version that satisfies the requirement badpkg==99.0",
+        "------",
+        "Dockerfile:3",
+        "--------------------",
+        "   3 | >>> RUN pip install -r requirements.txt",
+        "--------------------",
+        ('ERROR: failed to solve: process "/bin/sh -c pip install -r requirements.txt" did not '
+        "complete successfully: exit code: 1"),
+    ]
+    parser = BuildLogParser("buildkit")
+    events = parser.feed_all(lines)
+    assert [e.kind for e in events if e.step_id == "4"] == ["step", "output", "error"]
+    failure = parser.failure()
+    assert failure.step == "2/3: RUN pip install -r requirements.txt"
+    assert failure.tail == (("ERROR: Could not find a version that satisfies the requirement "
+                            "badpkg==99.0 (from -r requirements.txt)"),)
+    assert failure.message.startswith('process "/bin/sh -c pip install')
