@@ -1,0 +1,70 @@
+"""`imagebuild build RECIPE`: lock check, render, build, squash (and push) in one go."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from imagebuild.engine import BACKENDS
+from imagebuild.pipeline import BuildOptions, build_recipe, format_sizes
+from imagebuild.progress import ProgressDisplay
+from imagebuild.recipe import load_recipe, project_dir
+from imagebuild.squash import ALGORITHMS, parse_compression, parse_formats
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "build", help="lock check, render, build and squash an image",
+        description="Build the image of a locked recipe. A no-op when the image for the "
+                    "current inputs exists (and its artifacts, with --squash).")
+    parser.add_argument("recipe", help="recipe name (recipes/NAME.yaml) or path")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="container engine (default: $IMAGEBUILD_BACKEND or auto: docker "
+                             "with BuildKit, else podman)")
+    parser.add_argument("--builder", default=None,
+                        help="buildx builder to use (remote BuildKit, build farm)")
+    parser.add_argument("--site-ca", type=Path, default=None,
+                        help="PEM CA bundle for TLS inside the build, passed as a BuildKit "
+                             "secret, never stored in a layer (default: $IMAGEBUILD_SITE_CA)")
+    parser.add_argument("--squash", default=None, metavar="FORMATS",
+                        help="also convert the image: sqsh, sif or sqsh,sif")
+    parser.add_argument("--compression", choices=ALGORITHMS, default=None,
+                        help="squashfs compressor (default zstd level 3, from measurements)")
+    parser.add_argument("--level", type=int, default=None, help="compression level")
+    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+                        help="site profile for the EDF written beside the .sqsh "
+                             "(e.g. cscs-beverin, lumi; default $IMAGEBUILD_SITE)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="artifacts and build logs (default: PROJECT/artifacts)")
+    parser.add_argument("--push", metavar="REGISTRY", default=None,
+                        help="push the image to REGISTRY (host[:port][/prefix])")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="rebuild every step even when the image is up to date")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    recipe = load_recipe(args.recipe)
+    options = BuildOptions(
+        backend=args.backend, builder=args.builder, site_ca=args.site_ca,
+        formats=parse_formats(args.squash) if args.squash else (),
+        output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
+        site=args.site, push=args.push, no_cache=args.no_cache,
+        compression=parse_compression(args.compression, args.level))
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    with ProgressDisplay(f"build {recipe.name}") as display:
+        result = build_recipe(recipe, options, say=say, progress=display)
+    print(f"image {result.image.ref} ({result.image.image_id[:19]}) "
+          f"{'built' if result.built else 'up to date'}")
+    for line in format_sizes(result.artifacts):
+        print(line)
+    for pushed in result.pushed:
+        print(f"pushed {pushed.pinned}")
+    timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
+    print(f"times: {timing}")
+    return 0

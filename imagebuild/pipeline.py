@@ -1,0 +1,200 @@
+"""`imagebuild build`: lock check -> render -> build -> squash (-> push), skipping what is done.
+
+Each stage is the library function of its module; this one only decides what needs doing.
+An image is tagged with the hash of its build inputs (the rendered Dockerfile and every
+staged context file), so a second build with nothing changed finds its image and returns
+without touching the engine's builder; squash artifacts record the image id they came from
+and are likewise reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagebuild import edf
+from imagebuild.artifacts import Artifact, sha256_file, write_text_atomic
+from imagebuild.build import ImageRef, PushedImage, build_image, push_image, resolve_site_ca
+from imagebuild.engine import Engine, detect_engine
+from imagebuild.errors import LockError
+from imagebuild.export import source_for_engine
+from imagebuild.generated import write_all
+from imagebuild.images import BUILD_HASH_LABEL, build_tag, latest_tag
+from imagebuild.model import Recipe
+from imagebuild.progress import BuildEvent
+from imagebuild.render import BuildContext, build_context, current_lock, generated_dockerfile
+from imagebuild.squash import DEFAULT_COMPRESSION, Compression, convert, find_squash_tool
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    backend: str | None = None
+    builder: str | None = None
+    site_ca: Path | None = None
+    formats: tuple[str, ...] = ()
+    output_dir: Path = Path("artifacts")
+    site: str | None = None
+    push: str | None = None
+    no_cache: bool = False
+    compression: Compression = DEFAULT_COMPRESSION
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    recipe: str
+    image: ImageRef
+    built: bool
+    artifacts: tuple[Artifact, ...] = ()
+    squashed: bool = False
+    pushed: tuple[PushedImage, ...] = ()
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def context_hash(context: BuildContext) -> str:
+    """sha256 over every staged file's path, mode and bytes: the image's real inputs."""
+    digest = hashlib.sha256()
+    for name in context.files:
+        path = context.directory / name
+        digest.update(f"{name}\0{path.stat().st_mode & 0o777:o}\0".encode())
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return "sha256:" + digest.hexdigest()
+
+
+def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None = None,
+                 say: Say = lambda _: None,
+                 progress: Callable[[BuildEvent], None] | None = None) -> BuildResult:
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    lock = current_lock(recipe)  # LockError when stale
+    if lock is None:
+        raise LockError(f"{recipe.name}: not locked; run `imagebuild lock {recipe.name}` first "
+                        "(an image installs only what its lock pins)")
+    # `build` renders: the committed Dockerfile is brought up to date before it is used.
+    written = write_all([generated_dockerfile(recipe)])
+    if written:
+        say(f"rendered {written[0].path}")
+    engine = engine or detect_engine(options.backend, builder=options.builder)
+    site_ca = resolve_site_ca(options.site_ca)
+    seconds["prepare"] = time.monotonic() - started
+
+    with tempfile.TemporaryDirectory(prefix=f"imagebuild-{recipe.name}-") as tmp:
+        context = build_context(recipe, lock, Path(tmp) / "context")
+        build_hash = context_hash(context)
+        tag, latest = build_tag(recipe, build_hash), latest_tag(recipe.name)
+        existing = _existing_image(engine, tag, build_hash)
+        if existing is not None and not options.no_cache:
+            engine.tag(existing.image_id, latest)
+            image, built = existing, False
+            say(f"{tag} is up to date (inputs {build_hash[:19]}); nothing to build")
+        else:
+            started = time.monotonic()
+            log_path = options.output_dir / recipe.name / "build.log"
+            say(f"building {tag} with {engine.describe()} (log: {log_path})")
+            image = build_image(
+                engine, context.dockerfile, context.directory, [tag, latest],
+                labels={BUILD_HASH_LABEL: build_hash},
+                secrets={"site-ca": site_ca} if site_ca else None,
+                log_path=log_path, progress=progress, builder=options.builder,
+                no_cache=options.no_cache)
+            built = True
+            seconds["build"] = time.monotonic() - started
+
+    artifacts: tuple[Artifact, ...] = ()
+    squashed = False
+    if options.formats:
+        started = time.monotonic()
+        artifacts, squashed = _squash(recipe, engine, image, options, say)
+        seconds["squash"] = time.monotonic() - started
+    pushed: tuple[PushedImage, ...] = ()
+    if options.push:
+        started = time.monotonic()
+        pushed = push_image(engine, image, options.push)
+        seconds["push"] = time.monotonic() - started
+    return BuildResult(recipe.name, image, built, artifacts, squashed, pushed, seconds)
+
+
+def _existing_image(engine: Engine, tag: str, build_hash: str) -> ImageRef | None:
+    if not engine.image_exists(tag):
+        return None
+    if engine.image_labels(tag).get(BUILD_HASH_LABEL) != build_hash:
+        return None
+    return ImageRef(ref=tag, image_id=engine.image_id(tag), tags=(tag,), backend=engine.backend)
+
+
+# --- squash, reusing artifacts of the same image --------------------------------------------
+
+def _record_path(output_dir: Path, name: str) -> Path:
+    return output_dir / f"{name}.artifacts.json"
+
+
+def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptions,
+            say: Say) -> tuple[tuple[Artifact, ...], bool]:
+    output_dir = options.output_dir.resolve()
+    record_path = _record_path(output_dir, recipe.name)
+    reused = _reusable_artifacts(record_path, image.image_id, options)
+    if reused is not None:
+        say(f"artifacts of {image.image_id[:19]} are up to date in {output_dir}")
+        return reused, False
+    tool = find_squash_tool(None)
+    artifacts = convert(source_for_engine(engine, image.ref), output_dir, recipe.name,
+                        options.formats, compression=options.compression, tool=tool,
+                        image_ref=image.ref if engine.backend == "docker" else None)
+    sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
+    if options.site and sqsh is not None:
+        site = edf.load_site(options.site)
+        config = source_for_engine(engine, image.ref).config()
+        edf_file = output_dir / f"{recipe.name}.toml"
+        write_text_atomic(edf_file, edf.render_edf(
+            recipe=recipe.name, image=edf.edf_image_path(site, sqsh.path), site=site,
+            rocm_version=recipe.rocm, workdir=config.workdir or None,
+            image_sha256=sqsh.sha256))
+        artifacts.append(Artifact("edf", edf_file, edf_file.stat().st_size,
+                                  sha256_file(edf_file), 0.0))
+    write_text_atomic(record_path, json.dumps({
+        "image_id": image.image_id,
+        "formats": list(options.formats),
+        "compression": str(options.compression),
+        "site": options.site,
+        "artifacts": [{"kind": a.kind, "path": a.path.name, "sha256": a.sha256,
+                       "size": a.size, "seconds": round(a.seconds, 2)} for a in artifacts],
+    }, indent=2) + "\n")
+    return tuple(artifacts), True
+
+
+def _reusable_artifacts(record_path: Path, image_id: str, options: BuildOptions
+                        ) -> tuple[Artifact, ...] | None:
+    """The recorded artifacts, if they came from this image with these options and their
+    files are still intact (size and sha256 sidecar)."""
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if (record.get("image_id") != image_id or record.get("formats") != list(options.formats)
+            or record.get("compression") != str(options.compression)
+            or record.get("site") != options.site):
+        return None
+    artifacts = []
+    for entry in record.get("artifacts", []):
+        path = record_path.parent / entry["path"]
+        sidecar = path.with_name(path.name + ".sha256")
+        if not path.is_file() or path.stat().st_size != entry["size"]:
+            return None
+        if entry["kind"] != "edf" and (not sidecar.is_file()
+                                       or not sidecar.read_text().startswith(entry["sha256"])):
+            return None
+        artifacts.append(Artifact(entry["kind"], path, entry["size"], entry["sha256"],
+                                  entry["seconds"]))
+    return tuple(artifacts)
+
+
+def format_sizes(artifacts: Sequence[Artifact]) -> list[str]:
+    return [f"{a.kind:5} {a.path}  {a.size / (1 << 20):.1f} MiB  sha256:{a.sha256[:16]}  "
+            f"{a.seconds:.1f} s" for a in artifacts]
