@@ -86,6 +86,8 @@ TOOLCHAIN_PACKAGES = (
 ROCM_BUILD_PACKAGES = ("rccl-dev", "rocm-dev")
 #: Shared libraries the plugin links besides libfabric (aws-ofi-nccl requires hwloc).
 PLUGIN_RUNTIME_PACKAGES = ("libhwloc15",)
+#: Runtime libraries of hipBLASLt's clients (install.sh builds them with gfortran/LAPACK).
+HIPBLASLT_CLIENT_RUNTIME_PACKAGES = ("libgfortran5",)
 
 #: Environment variables the final stage sets itself; a recipe may not override them.
 RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "IMAGEBUILD_MANIFEST")
@@ -517,8 +519,9 @@ def _template_context(recipe: Recipe, lock: Lock | None) -> dict[str, Any]:
         library_path.append(f"{_plugin_prefix(recipe)}/lib")
 
     runtime_packages = list(recipe.os_packages)
-    if plugin.enabled:
-        runtime_packages += [p for p in PLUGIN_RUNTIME_PACKAGES if p not in runtime_packages]
+    added = list(PLUGIN_RUNTIME_PACKAGES if plugin.enabled else ())
+    added += HIPBLASLT_CLIENT_RUNTIME_PACKAGES if hip.enabled and hip.clients else ()
+    runtime_packages += [p for p in added if p not in runtime_packages]
 
     labels = [(key, value) for key, value in recipe.labels]
     labels += [
@@ -558,6 +561,7 @@ def _template_context(recipe: Recipe, lock: Lock | None) -> dict[str, Any]:
         "header": head,
         "locked": locked,
         "recipe_name": recipe.name,
+        "rocm": recipe.rocm,
         "stage_lines": _stage_lines(stage_plan(recipe)),
         "base_ref": lock.base_image_pinned if lock else recipe.base_image,
         "scope": scope,
@@ -575,7 +579,7 @@ def _template_context(recipe: Recipe, lock: Lock | None) -> dict[str, Any]:
         "rocm_packages": ROCM_BUILD_PACKAGES if recipe.rocm else (),
         "hipblaslt": hipblaslt,
         "plugin": network,
-        "plugin_packages": PLUGIN_RUNTIME_PACKAGES,
+        "added_packages": added,
         "python": recipe.python,
         "venv": VENV,
         "uv_version": UV_VERSION,
