@@ -7,6 +7,7 @@ that exchanging Python objects never touches the GPU collectives being measured.
 from __future__ import annotations
 
 import argparse
+import pickle
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,11 +73,24 @@ class Context:
         return self.gpu_match.model.model if self.gpu_match and self.gpu_match.model else None
 
     def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, over the CPU (gloo) control group.
+
+        Not ``dist.all_gather_object``: it converts through ``tensor.numpy()``, and an image
+        need not have numpy (the checks import only the stdlib and torch).
+        """
         if self.world_size == 1 or not dist.is_initialized():
             return [obj]
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj, group=self.control_group)
-        return gathered
+        payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        sizes = [torch.zeros(1, dtype=torch.long) for _ in range(self.world_size)]
+        dist.all_gather(sizes, torch.tensor([payload.numel()], dtype=torch.long),
+                        group=self.control_group)
+        longest = max(int(size.item()) for size in sizes)
+        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded[: payload.numel()] = payload
+        buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
+        dist.all_gather(buffers, padded, group=self.control_group)
+        return [pickle.loads(bytes(buffer[: int(size.item())].tolist()))
+                for buffer, size in zip(buffers, sizes)]
 
     def agree(self, ok: bool) -> bool:
         """True when every rank says ok: a rank that failed to set up tells the others
