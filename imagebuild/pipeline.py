@@ -14,7 +14,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imagebuild import edf
@@ -92,7 +92,7 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
         existing = _existing_image(engine, tag, build_hash)
         if existing is not None and not options.no_cache:
             engine.tag(existing.image_id, latest)
-            image, built = existing, False
+            image, built = replace(existing, tags=(tag, latest)), False
             say(f"{tag} is up to date (inputs {build_hash[:19]}); nothing to build")
         else:
             started = time.monotonic()
