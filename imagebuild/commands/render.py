@@ -1,4 +1,5 @@
-"""`imagebuild render [RECIPE...] [--check]`: write or check dockerfiles/<recipe>/Dockerfile."""
+"""`imagebuild render [RECIPE...] [--check]`: write or check the committed files rendered from
+each recipe: dockerfiles/<recipe>/Dockerfile and the EDF envs/<recipe>.toml."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from imagebuild.edf import DEFAULT_SITE, generated_edf
 from imagebuild.errors import RenderError
 from imagebuild.generated import check_all, display_path, write_all
 from imagebuild.recipe import load_recipe, project_dir, recipe_names
@@ -28,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "missing or stale (CI runs this)")
     mode.add_argument("--stdout", action="store_true",
                       help="print the rendered Dockerfile of one recipe instead of writing it")
+    parser.add_argument("--site", default=DEFAULT_SITE,
+                        help=f"site profile of the EDF files in envs/ (default {DEFAULT_SITE})")
     mode.add_argument("--context", metavar="DIR", type=Path,
                       help="stage the build context of one locked recipe in DIR (for a manual "
                            "`docker build DIR`)")
@@ -55,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     files = [generated_dockerfile(recipe, project) for recipe in recipes]
+    files += [generated_edf(recipe, project, args.site) for recipe in recipes]
     if args.check:
         problems = check_all(files, project)
         if not args.recipes:
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {line}", file=sys.stderr)
         if problems:
             return 2
-        print(f"{len(files)} Dockerfile(s) up to date")
+        print(f"{len(recipes)} Dockerfile(s) and EDF file(s) up to date")
         return 0
 
     written = {item.path for item in write_all(files)}
@@ -74,11 +79,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _orphans(project: Path, known: set[str]) -> list[str]:
-    """Committed Dockerfiles whose recipe is gone (they would otherwise rot unnoticed)."""
+    """Committed files whose recipe is gone (they would otherwise rot unnoticed)."""
     problems = []
-    for path in sorted((project / "dockerfiles").glob("*/Dockerfile")):
-        if path.parent.name not in known:
+    rendered = [(p, p.parent.name) for p in sorted((project / "dockerfiles").glob("*/Dockerfile"))]
+    rendered += [(p, p.stem) for p in sorted((project / "envs").glob("*.toml"))]
+    for path, name in rendered:
+        if name not in known:
             problems.append(f"{display_path(path, project)}: no recipe "
-                            f"recipes/{path.parent.name}.yaml renders it; delete it")
+                            f"recipes/{name}.yaml renders it; delete it")
     return problems
 

@@ -2,7 +2,8 @@
 
 Writes ``<output-dir>/<name>.sqsh`` (CSCS Container Engine, enroot) and/or ``<name>.sif``
 (Apptainer), each with a ``.sha256`` beside it, and with ``--site`` the EDF
-``envs/<name>.toml`` pointing at the .sqsh.
+``<output-dir>/<name>.toml`` pointing at the .sqsh (with its sha256 in the header; the
+committed, image-independent ``envs/<recipe>.toml`` comes from ``imagebuild render``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "squash", help="convert a built image to .sqsh (+ EDF) and .sif",
         description="Stream a built image into squashfs for CSCS's Container Engine/enroot "
-                    "and/or a SIF for Apptainer; with --site, write the EDF envs/NAME.toml.")
+                    "and/or a SIF for Apptainer; with --site, write the EDF NAME.toml beside them.")
     parser.add_argument("target", help="recipe name (recipes/NAME.yaml) or image reference")
     parser.add_argument("--formats", default=None,
                         help=f"comma-separated, of {', '.join(FORMATS)} "
@@ -117,7 +118,9 @@ def run(args: argparse.Namespace) -> int:
         text = edf.render_edf(
             recipe=target.name, image=edf.edf_image_path(site, sqsh.path), site=site,
             rocm_version=rocm, workdir=config.workdir or None, image_sha256=sqsh.sha256)
-        path = edf.edf_path(project, target.name)
+        # Beside the artifact: this EDF records the image's sha256; envs/ holds the
+        # committed, image-independent one (`imagebuild render`).
+        path = output_dir / f"{target.name}.toml"
         write_text_atomic(path, text)
         print(f"edf   {path}  sha256:{sha256_file(path)}  (site {site.name})")
     return 0

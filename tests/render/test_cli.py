@@ -24,12 +24,24 @@ def run(monkeypatch, capsys):
 def test_render_writes_all_recipes_then_check_passes(project: Path, run):
     code, out, _ = run(project)
     assert code == 0
-    assert out.splitlines() == [f"wrote dockerfiles/{n}/Dockerfile" for n in SHIPPED]
+    assert out.splitlines() == [f"wrote dockerfiles/{n}/Dockerfile" for n in SHIPPED] + [
+        f"wrote envs/{n}.toml" for n in SHIPPED]
     code, out, _ = run(project)
-    assert out.splitlines() == [f"unchanged dockerfiles/{n}/Dockerfile" for n in SHIPPED]
+    assert out.splitlines() == [f"unchanged dockerfiles/{n}/Dockerfile" for n in SHIPPED] + [
+        f"unchanged envs/{n}.toml" for n in SHIPPED]
     code, out, err = run(project, "--check")
     assert (code, err) == (0, "")
-    assert out == f"{len(SHIPPED)} Dockerfile(s) up to date\n"
+    assert out == f"{len(SHIPPED)} Dockerfile(s) and EDF file(s) up to date\n"
+
+
+def test_check_guards_the_committed_edf(project: Path, run):
+    run(project)
+    edf = project / "envs" / "rocm-7.0.2.toml"
+    edf.write_text(edf.read_text().replace('NCCL_PROTO = "^LL128"', 'NCCL_PROTO = "Simple"'))
+    code, _, err = run(project, "--check")
+    assert code == 2
+    assert err.splitlines() == ["error: envs/rocm-7.0.2.toml: stale (differs from what its "
+                                "inputs generate now); run `imagebuild render rocm-7.0.2`"]
 
 
 def test_check_fails_with_one_line_per_stale_or_missing_file(project: Path, run):

@@ -166,12 +166,15 @@ def test_cli_writes_artifacts_and_edf(feature_image: str, tmp_path: Path,  # typ
     name = "imagebuild-test+squash+features"
     artifacts = project / "artifacts"
     assert sorted(p.name for p in artifacts.iterdir()) == sorted(
-        [f"{name}.sqsh", f"{name}.sqsh.sha256", f"{name}.sif", f"{name}.sif.sha256"])
+        [f"{name}.sqsh", f"{name}.sqsh.sha256", f"{name}.sif", f"{name}.sif.sha256",
+         f"{name}.toml"])
     subprocess.run(["sha256sum", "--quiet", "-c", f"{name}.sqsh.sha256", f"{name}.sif.sha256"],
                    cwd=artifacts, check=True)
     assert printed[0].startswith(f"sqsh  {artifacts / name}.sqsh  ")
     assert printed[1].startswith(f"sif   {artifacts / name}.sif  ")
-    edf = tomllib.loads((project / "envs" / f"{name}.toml").read_text())
+    # beside the artifact (it records the image's sha256); envs/ is `imagebuild render`'s
+    assert not (project / "envs").exists()
+    edf = tomllib.loads((artifacts / f"{name}.toml").read_text())
     assert edf["image"] == f"${{SCRATCH}}/imagebuild/{name}.sqsh"
     assert edf["workdir"] == "/workspace"
     assert edf["annotations"]["com"]["hooks"]["aws_ofi_nccl"] == {"enabled": "true",
