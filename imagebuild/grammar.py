@@ -19,15 +19,21 @@ OS_PACKAGE = r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~-]+)?$"
 PROJECT_NAME = r"^[a-z0-9]+([._-][a-z0-9]+)*$"
 # AMD GPU targets with optional feature flags: gfx90a, gfx942, gfx950, gfx90a:xnack+.
 GFX_TARGET = r"^gfx[0-9]{2,4}[a-f]?(:(xnack|sramecc)[+-])*$"
-ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Variables the image sets itself (the venv, the plugin's library path, the manifest) are
+# not a recipe's to override.
+RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "IMAGEBUILD_MANIFEST")
+ENV_KEY = r"^(?!(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|IMAGEBUILD_MANIFEST)$)[A-Za-z_][A-Za-z0-9_]*$"
 # OCI annotation keys: reverse-DNS style.
-LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+# Labels under imagebuild.* and the base-image labels are written by the renderer.
+LABEL_KEY = (r"^(?!imagebuild\.)(?!org\.opencontainers\.image\.base\.)"
+             r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 # A git branch or tag (git check-ref-format, conservatively) or a full commit.
 GIT_REF = r"^(?!.*\.\.)(?!.*/\.)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]*[A-Za-z0-9]$"
 REPOSITORY_URL = r"^(https?|ssh|git|file)://[A-Za-z0-9._~:/?#@!&+,;=%-]+$"
 ARCHIVE_URL = r"^(https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+$"
 INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%-]+|/[A-Za-z0-9._/+-]*)$"
-SUBDIR = r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
+# Relative, inside the repository: no ".." component can climb out of the checkout.
+SUBDIR = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
 EXTENDS = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$"
 VERSION_TEXT = r"^[0-9][A-Za-z0-9.+_-]*$"
 # docker/distribution reference grammar: [registry[:port]/]path[:tag][@digest].

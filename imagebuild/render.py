@@ -90,7 +90,7 @@ PLUGIN_RUNTIME_PACKAGES = ("libhwloc15",)
 HIPBLASLT_CLIENT_RUNTIME_PACKAGES = ("libgfortran5",)
 
 #: Environment variables the final stage sets itself; a recipe may not override them.
-RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "IMAGEBUILD_MANIFEST")
+RESERVED_ENV = grammar.RESERVED_ENV
 #: Label prefix imagebuild owns.
 LABEL_NAMESPACE = "imagebuild."
 

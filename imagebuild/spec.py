@@ -145,9 +145,12 @@ RECIPE = Obj(
                            grammar.ARCHIVE_URL),
             }),
         }),
-        "env": Table(key=Str("an environment variable name", grammar.ENV_KEY), value=TEXT),
-        "labels": Table(key=Str("a label key like org.example.site", grammar.LABEL_KEY),
-                        value=TEXT),
+        "env": Table(key=Str("an environment variable name, not one the image sets itself "
+                             f"({', '.join(grammar.RESERVED_ENV)})", grammar.ENV_KEY),
+                     value=TEXT),
+        "labels": Table(key=Str("a label key like org.example.site (imagebuild.* and "
+                                "org.opencontainers.image.base.* are set by imagebuild)",
+                                grammar.LABEL_KEY), value=TEXT),
         "dockerfile": Obj(fields={
             "syntax": Str("a BuildKit frontend image like docker/dockerfile:1.7, or null for "
                           "the engine's built-in frontend", grammar.IMAGE_REFERENCE,
