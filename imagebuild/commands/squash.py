@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild import edf
+from imagebuild import edf, images
 from imagebuild.artifacts import Artifact, sha256_file, write_text_atomic
 from imagebuild.errors import SquashError
 from imagebuild.export import DockerSource, open_source
-from imagebuild.recipe import load_recipe, project_dir
+from imagebuild.recipe import project_dir
 from imagebuild.squash import (
     ALGORITHMS,
     DEFAULT_COMPRESSION,
@@ -39,14 +39,11 @@ class SquashTarget:
 
 
 def resolve_target(target: str, project: Path) -> SquashTarget:
-    """A recipe name -> its image tag; anything else is an image reference.
-
-    The tag scheme here (``imagebuild/<recipe>:latest``) is the build stage's to define.
-    """
-    if (project / "recipes" / f"{target}.yaml").is_file():
-        recipe = load_recipe(target, project)
-        return SquashTarget(f"imagebuild/{recipe.name}:latest", recipe.name, recipe.name,
-                            recipe.rocm)
+    """A recipe name -> its latest build; anything else is an image reference."""
+    resolved = images.resolve_target(target, project)
+    if resolved.recipe is not None:
+        recipe = resolved.recipe
+        return SquashTarget(resolved.image, recipe.name, recipe.name, recipe.rocm)
     # enroot names an imported image the same way: ${image//[:\/]/+}
     name = re.sub(r"[:/@]", "+", target)
     return SquashTarget(target, name, None, None)
