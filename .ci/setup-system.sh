@@ -35,6 +35,7 @@ PACKAGES=(
     squashfs-tools squashfs-tools-ng siftool   # .sqsh and .sif artifacts
     debootstrap          # base images without Docker Hub
     git ca-certificates curl xz-utils
+    shellcheck           # lints every job script of the generated CI pipelines
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
