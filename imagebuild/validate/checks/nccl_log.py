@@ -21,7 +21,7 @@ _PLUGIN_FAILED = re.compile(
     r"NET/Plugin.*(No plugin found|Could not find|dlerror|load returned|Failed to|failed)",
     re.IGNORECASE)
 _OFI = re.compile(r"NCCL INFO NET/OFI (.+?)\s*$")
-_VIA = re.compile(r"\bvia (\S+)")
+_VIA = re.compile(r"\bvia (.+?)\s*$")  # network names contain spaces: "NET/AWS Libfabric/0"
 _NET_DEVICE = re.compile(r"NCCL INFO NET/(\w+)\s*: Using (.+?)\s*$")
 
 

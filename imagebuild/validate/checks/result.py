@@ -108,7 +108,7 @@ def above_maximum(what: str, measured: float, maximum: float, unit: str = "",
 
 
 def _fmt(value: float) -> str:
-    if value == 0 or abs(value) >= 100:
+    if value == 0 or abs(value) >= 10:
         return f"{value:.1f}"
     if abs(value) >= 1:
         return f"{value:.2f}"

@@ -255,7 +255,14 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     if ctx.rank == 0:
         code = _finish(options, ctx, ranks, results, started)
     code = ctx.all_gather_object(code)[0]
+    # Drop what still holds the process groups (a train check's FSDP mesh, collectives'
+    # work handles) while they are alive: left to interpreter exit, torch 2.13's gloo
+    # teardown aborted ("terminate called without an active exception") in about one run
+    # in four with collectives and train; none in 14 runs after this.
+    dist.barrier()
+    gc.collect()
     dist.destroy_process_group()
+    gc.collect()
     return code
 
 
