@@ -78,10 +78,13 @@ def run(ctx: Context) -> CheckResult:
     if not os.access(bench, os.X_OK):
         return failed(NAME, f"{bench} is not executable", figures)
     env = dict(os.environ)
-    if ctx.gpu is not None:
-        # The bench uses device 0 of what it sees; show it this rank's GPU only.
-        env["HIP_VISIBLE_DEVICES"] = str(ctx.gpu.index) if "HIP_VISIBLE_DEVICES" not in env \
-            else env["HIP_VISIBLE_DEVICES"].split(",")[ctx.gpu.index]
+    # The bench runs on device 0 of what it sees: show it this rank's GPU only. HIP indices
+    # count within HIP_VISIBLE_DEVICES when set (and within ROCR_VISIBLE_DEVICES below it).
+    visible = [v for v in env.get("HIP_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if not visible:
+        env["HIP_VISIBLE_DEVICES"] = str(ctx.gpu.index)
+    elif ctx.gpu.index < len(visible):
+        env["HIP_VISIBLE_DEVICES"] = visible[ctx.gpu.index]
     argv = [bench, *BENCH_ARGS]
     figures["argv"] = argv
     try:

@@ -44,16 +44,17 @@ class MemoryEstimate:
 
 
 def activation_bytes_per_layer(config: LlamaConfig, tokens: int, checkpointed: bool) -> int:
-    """Bytes autograd keeps per block in bf16 without recomputation.
+    """Bytes autograd keeps per block without recomputation, in units of bf16 elements.
 
-    Saved tensors, counted from the block's ops: two norm inputs and outputs (4 x d), q,
-    expanded k and v and the attention output kept by the fused kernel (4 x d), the wo
-    input (1 x d), and in the SwiGLU w1 and w3 outputs, silu(w1) and their product
-    (4 x ffn). With full checkpointing only the block input stays.
+    Saved tensors, counted from the block's ops: per RMSNorm its float32 input (rms_norm
+    upcasts bf16; 2 units), its normalised output and the weighted output (8 x d for the
+    two norms); q, expanded k and v and the attention output kept by the fused kernel
+    (4 x d); the wo input (1 x d); in the SwiGLU the w1 and w3 outputs, silu(w1) and their
+    product (4 x ffn). With full checkpointing only the block input stays.
     """
     if checkpointed:
         return 2 * tokens * config.dim
-    return 2 * tokens * (9 * config.dim + 4 * config.ffn_dim)
+    return 2 * tokens * (13 * config.dim + 4 * config.ffn_dim)
 
 
 def estimate_layers(config: LlamaConfig, seq_len: int, batch: int, world_size: int,
@@ -63,7 +64,8 @@ def estimate_layers(config: LlamaConfig, seq_len: int, batch: int, world_size: i
     FSDP2 keeps fp32 parameters, gradients and both AdamW moments sharded (16 bytes per
     parameter / world size), gathers bf16 copies of about two blocks at a time, and
     reduces gradients in fp32. The loss keeps float32 log-probabilities and their
-    gradient over the vocabulary (2 x 4 bytes x tokens x vocab) plus the bf16 logits.
+    gradient over the vocabulary (2 x 4 bytes x tokens x vocab) plus the bf16 logits or
+    their gradient.
     10% of the free memory and 2 GiB stay unplanned for the allocator and workspaces.
     """
     counts = parameter_counts(config)
