@@ -116,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.local and args.target:
         raise ValidateError(f"--local validates this environment; drop the target {args.target!r} "
                             "or drop --local")
-    project = Path(os.environ.get("IMAGEBUILD_PROJECT") or ".")
-    target = resolve_target(None if args.local else args.target, project)
+    target = resolve_target(None if args.local else args.target)
     launcher = choose_launcher(target, "local" if args.local else args.launcher, shutil.which)
     container = launcher in ("docker", "podman", "apptainer", "enroot") or (
         launcher == "sbatch" and target.kind != "environment")

@@ -77,21 +77,19 @@ class Outcome:
     output_tail: tuple[str, ...] = ()
 
 
-def image_for_recipe(recipe: str) -> str:
-    """The image tag a recipe builds to. The build module owns the real rule."""
-    return f"imagebuild/{recipe}:latest"
-
-
-def resolve_target(target: str | None, project: Path) -> Target:
+def resolve_target(target: str | None, project: Path | None = None) -> Target:
+    """No target: this environment. A .sif or .sqsh file: that file. A recipe name or
+    file: its latest build (imagebuild.images). Anything else: an image reference."""
     if not target:
         return Target("environment")
     if target.endswith(".sif"):
         return Target("sif", str(Path(target).resolve()))
     if target.endswith((".sqsh", ".squashfs")):
         return Target("sqsh", str(Path(target).resolve()))
-    if (project / "recipes" / f"{target}.yaml").is_file():
-        return Target("image", image_for_recipe(target), recipe=target)
-    return Target("image", target)
+    from imagebuild.images import resolve_target as resolve_image
+
+    resolved = resolve_image(target, project)
+    return Target("image", resolved.image, recipe=resolved.recipe.name if resolved.recipe else None)
 
 
 def detect_gpu_kind(dev: Path = Path("/dev"), proc: Path = Path("/proc")) -> str:

@@ -36,12 +36,11 @@ from imagebuild.validate.host import (
 
 
 def test_targets(tmp_path: Path) -> None:
-    (tmp_path / "recipes").mkdir()
-    (tmp_path / "recipes" / "rocm-7.0.2.yaml").write_text("name: rocm-7.0.2\n")
-    assert resolve_target(None, tmp_path) == Target("environment")
-    assert resolve_target("rocm-7.0.2", tmp_path) == Target(
+    repo = Path(__file__).resolve().parents[2]  # its recipes/ ship rocm-7.0.2
+    assert resolve_target(None, repo) == Target("environment")
+    assert resolve_target("rocm-7.0.2", repo) == Target(
         "image", "imagebuild/rocm-7.0.2:latest", recipe="rocm-7.0.2")
-    assert resolve_target("registry.example/x:1", tmp_path) == Target("image", "registry.example/x:1")
+    assert resolve_target("registry.example/x:1", repo) == Target("image", "registry.example/x:1")
     assert resolve_target("x.sif", tmp_path).kind == "sif"
     assert resolve_target("x.sqsh", tmp_path).kind == "sqsh"
 

@@ -22,6 +22,10 @@ from .gpu import DeviceInfo
 from .launch import Launch
 
 
+class RanksOutOfStep(RuntimeError):
+    """Ranks reached different exchanges: one left a check early (it raised)."""
+
+
 @dataclass
 class Context:
     options: argparse.Namespace
@@ -72,14 +76,26 @@ class Context:
     def gpu_model(self) -> str | None:
         return self.gpu_match.model.model if self.gpu_match and self.gpu_match.model else None
 
-    def all_gather_object(self, obj: Any) -> list[Any]:
+    def all_gather_object(self, obj: Any, tag: str = "data") -> list[Any]:
         """Every rank's ``obj``, in rank order, over the CPU (gloo) control group.
 
         Not ``dist.all_gather_object``: it converts through ``tensor.numpy()``, and an image
         need not have numpy (the checks import only the stdlib and torch).
+
+        The tag names the exchange: when a rank that raised out of a check meets another
+        rank's next exchange, the tags differ and both raise instead of reading each
+        other's data.
         """
         if self.world_size == 1 or not dist.is_initialized():
             return [obj]
+        gathered = self._gather((tag, obj))
+        strays = {rank: t for rank, (t, _) in enumerate(gathered) if t != tag}
+        if strays:
+            raise RanksOutOfStep(f"ranks out of step: rank {self.rank} at {tag!r}, "
+                                 + ", ".join(f"rank {r} at {t!r}" for r, t in strays.items()))
+        return [value for _, value in gathered]
+
+    def _gather(self, obj: Any) -> list[Any]:
         payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         sizes = [torch.zeros(1, dtype=torch.long) for _ in range(self.world_size)]
         dist.all_gather(sizes, torch.tensor([payload.numel()], dtype=torch.long),
@@ -95,10 +111,10 @@ class Context:
     def agree(self, ok: bool) -> bool:
         """True when every rank says ok: a rank that failed to set up tells the others
         before they enter a collective it would never join."""
-        return all(self.all_gather_object(bool(ok)))
+        return all(self.all_gather_object(bool(ok), tag="agree"))
 
     def max_over_ranks(self, value: float) -> float:
-        return max(float(v) for v in self.all_gather_object(float(value)))
+        return max(float(v) for v in self.all_gather_object(float(value), tag="max"))
 
     def barrier(self) -> None:
         if self.world_size > 1 and dist.is_initialized():

@@ -241,7 +241,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
             first = str(exc).splitlines()[0] if str(exc) else ""
             result = failed(name, f"error: {type(exc).__name__}: {first}"[:300], details=tail)
         result = result.with_duration(time.perf_counter() - begin)
-        gathered = [CheckResult.from_dict(d) for d in ctx.all_gather_object(result.to_dict())]
+        gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
         merge = getattr(module, "merge", None)
         merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
         results.append(merged)
@@ -264,6 +264,21 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     dist.destroy_process_group()
     gc.collect()
     return code
+
+
+def _gather_results(ctx: Any, name: str, result: CheckResult) -> list[dict[str, Any]]:
+    """Every rank's result of check ``name``. A rank that raised out of a check meets the
+    others inside it: that exchange fails on both sides (different tags), the others'
+    check fails with it, and the next exchange lines the ranks up again."""
+    from .context import RanksOutOfStep
+
+    tag = f"result:{name}"
+    for _ in range(3):
+        try:
+            return ctx.all_gather_object(result.to_dict(), tag=tag)
+        except RanksOutOfStep:
+            continue
+    raise RanksOutOfStep(f"ranks could not agree on the results of {name}")
 
 
 def _finish(options: Any, ctx: Any, ranks: list[dict[str, Any]], results: list[CheckResult],
