@@ -53,6 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = argv[1:]
     options = parse(argv)  # argparse reports bad flags itself, exit code 2
     try:
+        import torch  # noqa: F401  (the one third-party module the checks need)
+    except ImportError as exc:
+        print(f"error: {sys.executable} cannot import torch ({exc}); the checks run with the "
+              "Python that has the image's torch", file=sys.stderr)
+        return 2
+    try:
         check_consistency(options)
         gpu_data = load_gpu_data(options.gpu_data)
         overrides = load_threshold_file(options.thresholds, gpu_data) if options.thresholds else {}
