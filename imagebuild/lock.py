@@ -187,7 +187,8 @@ def _uv_compile(recipe: Recipe, links: Path, tmp: Path, options: LockOptions) ->
     # index), so uv must not try to download one: that stalls for seconds offline.
     env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
     try:
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800,
+                                check=False)
     except subprocess.TimeoutExpired:
         raise LockError(f"{recipe.name}: dependency resolution (uv pip compile) timed out "
                         "after 30 minutes") from None
@@ -257,7 +258,7 @@ def resolve_git(repository: str, ref: str, mirrors: Mapping[str, str]) -> Locked
     try:
         result = subprocess.run(
             ["git", "ls-remote", "--", url, ref, f"{ref}^{{}}"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=120, check=False,
             env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
     except subprocess.TimeoutExpired:
         raise SourceError(f"git ls-remote {url} {ref}: timed out after 120 s") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from imagebuild import grammar
 
@@ -41,7 +41,7 @@ class Int:
 
 @dataclass(frozen=True)
 class Seq:
-    item: "Spec"
+    item: Spec
     expected: str = "a list"
 
 
@@ -50,20 +50,20 @@ class Table:
     """A mapping whose keys are data (env names, label keys, package names)."""
 
     key: Str
-    value: "Spec"
+    value: Spec
     expected: str = "a mapping"
 
 
 @dataclass(frozen=True)
 class Obj:
-    fields: dict[str, "Spec"]
+    fields: dict[str, Spec]
     required: tuple[str, ...] = ()
     expected: str = "a mapping"
     description: str = ""
     doc: dict[str, str] = field(default_factory=dict)
 
 
-Spec = Union[Str, Bool, Int, Seq, Table, Obj]
+Spec = Str | Bool | Int | Seq | Table | Obj
 
 
 def _exact_version(value: str) -> str | None:

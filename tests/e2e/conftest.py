@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engine_env import (  # noqa: F401  (pytest fixtures)
-    base_image,
-    cache_dir,
-    docker_engine,
-    local_registry,
-    registry_base_image,
-)
+from tests.support import engine_env
+from tests.support.engine_env import cache_dir
 from tests.support.indexserver import IndexServer
+
+# session fixtures shared with the build tests: a started engine, the loopback registry and
+# the debootstrap base image pushed there
+docker_engine = engine_env.docker_engine
+local_registry = engine_env.local_registry
+base_image = engine_env.base_image
+registry_base_image = engine_env.registry_base_image
 
 #: A CPU build small enough for CI (about 190 MB) that still runs a real training step.
 TORCH_VERSION = "2.13.0"

@@ -57,7 +57,7 @@ def docker_run(*command: str) -> str:
 
 
 def test_1_lock(env: dict, capsys) -> None:
-    code, out, err = timed("lock", ["lock", RECIPE, "--index-url", env["index"]], capsys)
+    code, _out, err = timed("lock", ["lock", RECIPE, "--index-url", env["index"]], capsys)
     assert code == 0, err
     lock = tomllib.loads((env["project"] / "recipes" / f"pylock.{RECIPE}.toml").read_text())
     names = {p["name"] for p in lock["packages"]}
@@ -136,7 +136,8 @@ def test_7_second_build_is_a_no_op(env: dict, capsys) -> None:
 
 
 def test_8_push_to_a_registry(env: dict, local_registry: str, capsys) -> None:
-    code, out, err = timed("push", ["build", RECIPE, "--push", f"{local_registry}/e2e"], capsys)
+    code, _out, err = timed("push", ["build", RECIPE, "--push", f"{local_registry}/e2e"],
+                            capsys)
     assert code == 0, err
     tags = requests.get(f"http://{local_registry}/v2/e2e/imagebuild/{RECIPE}/tags/list",
                         timeout=10).json()["tags"]

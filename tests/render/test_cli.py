@@ -40,8 +40,8 @@ def test_check_guards_the_committed_edf(project: Path, run):
     edf.write_text(edf.read_text().replace('NCCL_PROTO = "^LL128"', 'NCCL_PROTO = "Simple"'))
     code, _, err = run(project, "--check")
     assert code == 2
-    assert err.splitlines() == ["error: envs/rocm-7.0.2.toml: stale (differs from what its "
-                                "inputs generate now); run `imagebuild render rocm-7.0.2`"]
+    assert err.splitlines() == [("error: envs/rocm-7.0.2.toml: stale (differs from what its "
+                                 "inputs generate now); run `imagebuild render rocm-7.0.2`")]
 
 
 def test_check_fails_with_one_line_per_stale_or_missing_file(project: Path, run):
