@@ -20,6 +20,7 @@ from pathlib import Path
 from imagebuild import edf
 from imagebuild.artifacts import Artifact, sha256_file, write_text_atomic
 from imagebuild.build import ImageRef, PushedImage, build_image, push_image, resolve_site_ca
+from imagebuild.edf import generated_edf
 from imagebuild.engine import Engine, detect_engine
 from imagebuild.errors import LockError
 from imagebuild.export import source_for_engine
@@ -27,6 +28,7 @@ from imagebuild.generated import write_all
 from imagebuild.images import BUILD_HASH_LABEL, build_tag, latest_tag
 from imagebuild.model import Recipe
 from imagebuild.progress import BuildEvent
+from imagebuild.recipe import project_dir
 from imagebuild.render import BuildContext, build_context, current_lock, generated_dockerfile
 from imagebuild.squash import DEFAULT_COMPRESSION, Compression, convert, find_squash_tool
 
@@ -77,10 +79,9 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
     if lock is None:
         raise LockError(f"{recipe.name}: not locked; run `imagebuild lock {recipe.name}` first "
                         "(an image installs only what its lock pins)")
-    # `build` renders: the committed Dockerfile is brought up to date before it is used.
-    written = write_all([generated_dockerfile(recipe)])
-    if written:
-        say(f"rendered {written[0].path}")
+    # `build` renders: the committed Dockerfile and EDF are brought up to date first.
+    for item in write_all([generated_dockerfile(recipe), generated_edf(recipe, project_dir())]):
+        say(f"rendered {item.path}")
     engine = engine or detect_engine(options.backend, builder=options.builder)
     site_ca = resolve_site_ca(options.site_ca)
     seconds["prepare"] = time.monotonic() - started
