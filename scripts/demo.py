@@ -16,10 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from imagebuild.cli import main  # noqa: E402
-from tests.e2e.conftest import RECIPE, torch_wheel  # noqa: E402
-from tests.support import engine_env  # noqa: E402
-from tests.support.indexserver import IndexServer  # noqa: E402
+from imagebuild.cli import main
+from tests.e2e.conftest import RECIPE, torch_wheel
+from tests.support import engine_env
+from tests.support.indexserver import IndexServer
 
 
 def phase(label: str, argv: list[str]) -> None:
