@@ -570,7 +570,7 @@ def _github_workflow(config: CIConfig) -> str:
          "uses": UPLOAD_ACTION,
          "with": {"name": "imagebuild-${{ matrix.recipe }}-reports",
                   "path": _script(f"{ARTIFACTS_DIR}/${{{{ matrix.recipe }}}}/",
-                                  "envs/${{ matrix.recipe }}.toml"),
+                                  f"{ARTIFACTS_DIR}/${{{{ matrix.recipe }}}}.toml"),
                   "if-no-files-found": "warn",
                   "retention-days": config.retention_days}},
     ]
@@ -706,7 +706,7 @@ def _gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
         "name": "imagebuild-$RECIPE",
         "when": "always",
         "expire_in": f"{config.retention_days} days",
-        "paths": [f"{logs}/", "envs/$RECIPE.toml"],
+        "paths": [f"{logs}/", f"{ARTIFACTS_DIR}/$RECIPE.toml"],
     }
     if config.upload_images:
         artifacts["paths"] += _image_files(config, "$RECIPE")

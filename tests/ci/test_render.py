@@ -102,7 +102,7 @@ def test_gitlab_one_job_per_recipe_with_its_parents(project: Path) -> None:
     assert template["script"][0] == "set -o pipefail"
     assert template["artifacts"]["when"] == "always"
     # Logs, report and EDF; not the images (tens of GB) unless configured.
-    assert template["artifacts"]["paths"] == ["artifacts/$RECIPE/", "envs/$RECIPE.toml"]
+    assert template["artifacts"]["paths"] == ["artifacts/$RECIPE/", "artifacts/$RECIPE.toml"]
     assert "variables" not in template  # no registry, no site profile
     # The check job runs whenever any image job does (the union of their paths).
     union = set(data["imagebuild:check"]["rules"][1]["changes"]["paths"])
@@ -156,7 +156,7 @@ gitlab:
     template = data[".imagebuild:image"]
     assert template["tags"] == ["podman", "x86"] and template["timeout"] == "2h"
     assert template["artifacts"]["paths"] == [
-        "artifacts/$RECIPE/", "envs/$RECIPE.toml", "artifacts/$RECIPE.sqsh",
+        "artifacts/$RECIPE/", "artifacts/$RECIPE.toml", "artifacts/$RECIPE.sqsh",
         "artifacts/$RECIPE.sqsh.sha256", "artifacts/$RECIPE.sif", "artifacts/$RECIPE.sif.sha256"]
     assert template["variables"]["IMAGEBUILD_SITE"] == "lumi"
     assert template["artifacts"]["expire_in"] == "3 days"
