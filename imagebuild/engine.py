@@ -537,11 +537,11 @@ class PodmanEngine(Engine):
             # Rootful podman raises nofile to 1048576 and nproc to 32768; without
             # CAP_SYS_RESOURCE (sandboxed VMs, measured on a Firecracker CI VM) runc cannot,
             # and the container never starts. Inherit this process's limits instead.
-            result = self._cli(*argv, *_inherited_ulimits(), ref, *command)
+            result = self._cli(*argv, *inherited_ulimits(), ref, *command)
         return RunResult(result.returncode, result.output)
 
 
-def _inherited_ulimits() -> list[str]:
+def inherited_ulimits() -> list[str]:
     """``--ulimit`` flags for this process's own hard limits (always allowed to keep).
 
     nproc stays below pid_max: on the VM measured, runc refused nproc >= pid_max (32768)

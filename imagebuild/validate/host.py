@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.engine import inherited_ulimits
 from imagebuild.errors import EngineError, ValidateError
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.checks.report import EVENT_PREFIX, default_report_path, utc_now
@@ -258,8 +259,10 @@ def run_docker(target: Target, invocation: Invocation, stream: EventStream,
 
 
 def podman_argv(target: Target, invocation: Invocation, binary: str = "podman") -> list[str]:
+    # This process's own limits: rootful podman's defaults need CAP_SYS_RESOURCE, which
+    # sandboxed hosts lack (the container then never starts); a validation run needs no more.
     argv = [binary, "run", "--rm", "--network", "host", "--ipc", "host",
-            "--entrypoint", invocation.python]
+            *inherited_ulimits(), "--entrypoint", invocation.python]
     if invocation.gpus == "rocm":
         argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "keep-groups",
                  "--security-opt", "seccomp=unconfined", "--cap-add", "SYS_PTRACE"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.engine import inherited_ulimits
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE
 from imagebuild.validate.checks.report import EVENT_PREFIX
 from imagebuild.validate.host import Invocation, Target, prepare_inputs, validate
@@ -88,8 +89,8 @@ def test_docker_launcher_round_trip(base_image: str, stand_in_checks: Path,
 @pytest.mark.integration
 def test_podman_launcher_round_trip(podman_base_image: str, stand_in_checks: Path,
                                     tmp_path: Path) -> None:
-    probe = subprocess.run(["podman", "run", "--rm", podman_base_image, "true"],
-                           capture_output=True, text=True, check=False)
+    probe = subprocess.run(["podman", "run", "--rm", *inherited_ulimits(), podman_base_image,
+                            "true"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         # Seen in unprivileged sandboxes: runc may not raise RLIMIT_NOFILE/NPROC there.
         pytest.skip(f"podman cannot start any container on this machine: "

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from imagebuild.commands.validate import _runner_actions
+from imagebuild.engine import inherited_ulimits
 from imagebuild.errors import ValidateError
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.checks.options import add_arguments
@@ -104,9 +105,11 @@ def test_docker_kwargs_nvidia_and_cpu(tmp_path: Path) -> None:
 def test_podman_apptainer_enroot_command_lines(tmp_path: Path) -> None:
     inv = _invocation(gpus="rocm", inputs_dir=tmp_path)
     podman = podman_argv(Target("image", "img:1"), inv)
-    assert podman[:8] == ["podman", "run", "--rm", "--network", "host", "--ipc", "host",
-                          "--entrypoint"]
-    assert ["--device", "/dev/kfd"] == podman[9:11] and "keep-groups" in podman
+    limits = inherited_ulimits()
+    assert podman[:7 + len(limits) + 1] == [
+        "podman", "run", "--rm", "--network", "host", "--ipc", "host", *limits, "--entrypoint"]
+    assert ["--device", "/dev/kfd"] == podman[9 + len(limits):11 + len(limits)]
+    assert "keep-groups" in podman
     assert podman[-7:] == ["img:1", "-m", IMAGE_PACKAGE, "--allow-cpu", "--events", "--report",
                            "-"]
     assert f"{tmp_path}:{CONTAINER_INPUTS}:ro" in podman
