@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from imagebuild.errors import LockError, SourceError, StaleFile
 from imagebuild.index import WheelIndex, supported_tags
-from imagebuild.lockfile import header, lock_path, read_lock, tool_table
+from imagebuild.lockfile import lock_path, lock_text, read_lock
 from imagebuild.model import Lock, LockedArchive, LockedGit, Recipe
 
 #: Ubuntu 24.04 (the ROCm base images) has glibc 2.39; manylinux_2_28 wheels run there, and
@@ -141,16 +140,9 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
     progress(f"base image digest of {recipe.base_image}")
     base_digest = resolve_base_digest(recipe.base_image)
 
-    document: dict[str, Any] = {
-        "lock-version": "1.0",
-        "created-by": "imagebuild",
-        "requires-python": f"=={recipe.python}.*",
-        "packages": packages,
-        "tool": {"imagebuild": tool_table(recipe, base_digest, hipblaslt, network_plugin,
-                                          libfabric)},
-    }
-    document["tool"]["imagebuild"]["wheel-index"] = index_url
-    _write_atomic(path, header(recipe) + tomli_w.dumps(document))
+    _write_atomic(path, lock_text(recipe, packages, base_digest=base_digest,
+                                  wheel_index=index_url, hipblaslt=hipblaslt,
+                                  network_plugin=network_plugin, libfabric=libfabric))
     return read_lock(path)
 
 

@@ -12,6 +12,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from imagebuild.errors import LockError
 from imagebuild.model import Lock, LockedArchive, LockedGit, LockedWheel, Recipe
 
@@ -78,6 +80,24 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         libfabric=LockedArchive(archive["url"], archive["sha256"], archive["size"])
         if archive else None,
     )
+
+
+def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: str,
+              wheel_index: str, hipblaslt: LockedGit | None = None,
+              network_plugin: LockedGit | None = None,
+              libfabric: LockedArchive | None = None) -> str:
+    """The whole lock file: header, PEP 751 document (``packages`` as pylock entries, each
+    with one wheel) and the ``[tool.imagebuild]`` pins."""
+    tool = tool_table(recipe, base_digest, hipblaslt, network_plugin, libfabric)
+    tool["wheel-index"] = wheel_index
+    document: dict[str, Any] = {
+        "lock-version": "1.0",
+        "created-by": "imagebuild",
+        "requires-python": f"=={recipe.python}.*",
+        "packages": packages,
+        "tool": {TOOL_KEY: tool},
+    }
+    return header(recipe) + tomli_w.dumps(document)
 
 
 def tool_table(recipe: Recipe, base_digest: str, hipblaslt: LockedGit | None,

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import tomli_w
 
-from imagebuild.lockfile import header, lock_path, read_lock, tool_table
+from imagebuild.lockfile import header, lock_path, lock_text, read_lock, tool_table
 from imagebuild.model import Lock, LockedArchive, LockedGit, Recipe
 
 
@@ -59,17 +59,11 @@ def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
                                    fake_commit(plugin.source.repository, plugin.source.ref))
         libfabric = LockedArchive(plugin.libfabric.url, fake_sha(plugin.libfabric.url), 7_654_321)
     base_digest = "sha256:" + fake_sha(recipe.base_image)
-    document = {
-        "lock-version": "1.0",
-        "created-by": "imagebuild",
-        "requires-python": f"=={recipe.python}.*",
-        "packages": packages,
-        "tool": {"imagebuild": tool_table(recipe, base_digest, hipblaslt, network_plugin,
-                                          libfabric)},
-    }
-    document["tool"]["imagebuild"]["wheel-index"] = recipe.wheels.index_url
     target = path or lock_path(recipe)
-    target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
+    target.write_text(lock_text(recipe, packages, base_digest=base_digest,
+                                wheel_index=recipe.wheels.index_url, hipblaslt=hipblaslt,
+                                network_plugin=network_plugin, libfabric=libfabric),
+                      encoding="utf-8")
     return read_lock(target)
 
 
@@ -245,11 +239,7 @@ def served_lock(recipe: Recipe, server, wheels: list[tuple[str, str]], base_dige
         packages.append({"name": name, "version": version, "wheels": [{
             "url": server.url_for(wheel.name), "size": wheel.stat().st_size,
             "hashes": {"sha256": sha256_of(wheel)}}]})
-    document = {
-        "lock-version": "1.0", "created-by": "imagebuild",
-        "requires-python": f"=={recipe.python}.*", "packages": packages,
-        "tool": {"imagebuild": tool_table(recipe, base_digest, None, None, None)},
-    }
     target = path or lock_path(recipe)
-    target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
+    target.write_text(lock_text(recipe, packages, base_digest=base_digest,
+                                wheel_index=recipe.wheels.index_url), encoding="utf-8")
     return read_lock(target)
