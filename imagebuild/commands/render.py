@@ -17,7 +17,7 @@ from imagebuild.render import build_context, current_lock, generated_dockerfile
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "render",
-        help="render recipes into dockerfiles/<recipe>/Dockerfile",
+        help="render recipes into dockerfiles/<recipe>/Dockerfile and envs/<recipe>.toml",
         description="Render each recipe (all when none is named) and its lock into "
                     "dockerfiles/<recipe>/Dockerfile. An unlocked recipe renders for review, "
                     "marked UNLOCKED in its header.",
