@@ -32,10 +32,12 @@ class Problem:
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
 
-def display_path(path: Path | str) -> str:
-    """Relative to the working directory when below it: short, clickable messages."""
+def display_path(path: Path | str, root: Path | None = None) -> str:
+    """Relative to ``root`` (default: the working directory) when below it: short,
+    clickable messages."""
+    base = (root or Path.cwd()).resolve()
     try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
+        return str(Path(path).resolve().relative_to(base))
     except ValueError:
         return str(path)
 

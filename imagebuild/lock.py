@@ -323,9 +323,3 @@ def check_locks(recipes: list[Recipe], strict: bool = False) -> list[LockStatus]
             f"recipes/pylock.{s.recipe}.toml: {s.state}: {s.detail}; "
             f"run `imagebuild lock {s.recipe}`" for s in bad))
     return statuses
-
-
-def current_lock(recipe: Recipe) -> Lock | None:
-    """The recipe's lock when it exists and is up to date, else None."""
-    return read_lock(lock_path(recipe)) if lock_status(recipe).state == "locked" else None
-

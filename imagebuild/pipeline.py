@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imagebuild import edf
-from imagebuild.artifacts import Artifact, sha256_file, write_text_atomic
+from imagebuild.artifacts import Artifact, sha256_file, sidecar_path, write_text_atomic
 from imagebuild.build import ImageRef, PushedImage, build_image, push_image, resolve_site_ca
 from imagebuild.edf import generated_edf
 from imagebuild.engine import Engine, detect_engine
@@ -185,7 +185,7 @@ def _reusable_artifacts(record_path: Path, image_id: str, options: BuildOptions
     artifacts = []
     for entry in record.get("artifacts", []):
         path = record_path.parent / entry["path"]
-        sidecar = path.with_name(path.name + ".sha256")
+        sidecar = sidecar_path(path)
         if not path.is_file() or path.stat().st_size != entry["size"]:
             return None
         if entry["kind"] != "edf" and (not sidecar.is_file()

@@ -9,7 +9,7 @@ import os
 import sys
 
 from imagebuild import ci, generated
-from imagebuild.errors import ImagebuildError
+from imagebuild.errors import ImagebuildError, display_path
 from imagebuild.recipe import load_all, project_dir
 
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     written = {item.path for item in generated.write_all(files)}
     for item in files:
         state = "written" if item.path in written else "unchanged"
-        print(f"{generated.display_path(item.path, project)}: {state}")
+        print(f"{display_path(item.path, project)}: {state}")
     return 0
 
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from imagebuild.edf import DEFAULT_SITE, generated_edf
-from imagebuild.errors import RenderError
-from imagebuild.generated import check_all, display_path, write_all
+from imagebuild.errors import RenderError, display_path
+from imagebuild.generated import check_all, write_all
 from imagebuild.recipe import load_recipe, project_dir, recipe_names
 from imagebuild.render import build_context, current_lock, generated_dockerfile
 
