@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagebuild.build import SITE_CA_SECRET_ID, build_image
-from imagebuild.engine import detect_engine
+from imagebuild.engine.build import SITE_CA_SECRET_ID, build_image
+from imagebuild.engine.select import detect_engine
 from tests.support import engine_env
 
 MULTISTAGE = REPO / "tests" / "build" / "dockerfiles" / "multistage"

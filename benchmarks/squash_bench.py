@@ -3,7 +3,7 @@
 
 Methods, all on the same Docker image and the same output disk:
 
-- ``stream <alg>:<level>``: imagebuild.squash.squash_image (docker export -> tar filter ->
+- ``stream <alg>:<level>``: imagebuild.convert.squashfs.squash_image (docker export -> tar filter ->
   tar2sqfs), for several compressors and levels; time includes export, hashing and rename.
 - ``enroot lzo -noD``: what ``enroot import dockerd://`` does: ``docker export | tar -x``
   into a directory, then ``mksquashfs dir x.sqsh -comp lzo -noD`` (ENROOT_SQUASH_OPTIONS
@@ -62,8 +62,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from imagebuild.export import DockerSource
-from imagebuild.squash import Compression, find_squash_tool, squash_image
+from imagebuild.convert.sources import DockerSource
+from imagebuild.convert.squashfs import Compression, find_squash_tool, squash_image
 
 BENCH_IMAGE = "imagebuild-bench/torch:latest"
 DEFAULT_METHODS = "zstd:1,zstd:3,zstd:9,zstd:15,lzo,gzip:6,lz4,enroot"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from imagebuild import __version__
 from imagebuild.commands import COMMANDS
-from imagebuild.errors import ImagebuildError, RecipeError, StaleFile
+from imagebuild.errors import ImagebuildError, InputError, StaleFile
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def report_error(exc: ImagebuildError) -> None:
     """Problems in files: one line each. Other errors: one line, then detail indented."""
     lines = str(exc).splitlines() or [type(exc).__name__]
-    if isinstance(exc, (RecipeError, StaleFile)):
+    if isinstance(exc, (InputError, StaleFile)):
         for line in lines:
             print(f"error: {line}", file=sys.stderr)
         return

@@ -12,9 +12,21 @@ from pathlib import Path
 
 
 class ImagebuildError(Exception):
-    """Base class: every expected failure. ``str()`` is the user-facing message."""
+    """Base class: every expected failure. ``str()`` is the user-facing message: what
+    failed, then (when known) where (a file:line:key, a step, a URL) and a hint."""
 
     exit_code = 2
+
+    def __init__(self, message: str = "", *, where: str | None = None,
+                 hint: str | None = None):
+        self.message = message
+        self.where = where
+        self.hint = hint
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        return f"{text}\nhint: {self.hint}" if self.hint else text
 
 
 @dataclass(frozen=True)
@@ -42,12 +54,17 @@ def display_path(path: Path | str, root: Path | None = None) -> str:
         return str(path)
 
 
-class RecipeError(ImagebuildError):
-    """A recipe (or a file it extends) is invalid; carries every problem found at once."""
+class InputError(ImagebuildError):
+    """An input file is invalid; carries every problem found at once, each with its file,
+    line and key (printed one line each)."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class RecipeError(InputError):
+    """A recipe (or a file it extends) is invalid."""
 
 
 class RecipeNotFound(ImagebuildError):
@@ -86,6 +103,20 @@ class EngineError(ImagebuildError):
     """The container engine (docker, podman) is missing, unreachable or failed."""
 
 
+class CommandFailed(ImagebuildError):
+    """An external command exited non-zero (or timed out): names the step, the command and
+    its exit code, and carries the tail of its output."""
+
+    def __init__(self, step: str, argv: tuple[str, ...], returncode: int | None, tail: str,
+                 *, hint: str = ""):
+        self.step, self.argv, self.returncode, self.tail = step, argv, returncode, tail
+        status = "timed out" if returncode is None else f"exited with {returncode}"
+        message = f"{step} failed: `{' '.join(argv[:3])}{' ...' if len(argv) > 3 else ''}` {status}"
+        if tail.strip():
+            message += "\n" + tail.rstrip()
+        super().__init__(message, hint=hint or None)
+
+
 class BuildError(ImagebuildError):
     """An image build failed; names the failing step and carries the tail of its output."""
 
@@ -112,6 +143,11 @@ class ValidateError(ImagebuildError):
     """The validation suite could not run (not: a check failed, which is a result)."""
 
 
-class SiteProfileError(RecipeError):
+class CIConfigError(InputError):
+    """The CI configuration (ci/config.yaml, or the shipped default) is invalid;
+    carries every problem found at once. Not a recipe error: it names the CI file."""
+
+
+class SiteProfileError(InputError):
     """A site profile (imagebuild/data/sites/*.yaml or a project's sites/) is invalid;
     carries every problem found at once, each with its file and line."""

@@ -1,6 +1,6 @@
 """Generated, committed files: provenance header, atomic writes, and ``--check``.
 
-DESIGN principle 3: every generated file that is committed (dockerfiles/, envs/, ci/, the
+Every generated file that is committed (dockerfiles/, envs/, ci/, the
 recipe schema) names its inputs and their hashes in a header, and has a ``--check`` mode
 that fails when the committed bytes differ from what the inputs produce now. The check
 compares whole files, not just the header hashes, so a change in imagebuild itself (a
@@ -13,13 +13,12 @@ Each generator builds ``GeneratedFile`` values; the CLI command calls ``write_al
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.errors import display_path
+from imagebuild.files import write_text_atomic
 
 #: First words of every generated file's header (after any line the format needs first,
 #: such as a Dockerfile ``# syntax=`` directive).
@@ -84,7 +83,7 @@ def write_all(files: Iterable[GeneratedFile]) -> list[GeneratedFile]:
     for item in files:
         if item.is_current():
             continue
-        _atomic_write(item.path, item.text)
+        write_text_atomic(item.path, item.text)
         written.append(item)
     return written
 
@@ -116,16 +115,3 @@ def diff(item: GeneratedFile, root: Path | None = None) -> str:
         fromfile=f"{name} (committed)" if current is not None else "/dev/null",
         tofile=f"{name} (generated)",
     ))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -10,27 +10,37 @@ and are likewise reused.
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from imagebuild import edf
-from imagebuild.artifacts import Artifact, sha256_file, sidecar_path, write_text_atomic
-from imagebuild.build import ImageRef, PushedImage, build_image, push_image, resolve_site_ca
-from imagebuild.edf import generated_edf
-from imagebuild.engine import Engine, detect_engine
+from imagebuild.convert.artifacts import (
+    Artifact,
+    reusable_artifacts,
+    write_edf_beside,
+    write_record,
+)
+from imagebuild.convert.formats import convert
+from imagebuild.convert.sources import source_for_engine
+from imagebuild.convert.squashfs import DEFAULT_COMPRESSION, Compression, find_squash_tool
+from imagebuild.engine.base import Engine
+from imagebuild.engine.build import ImageRef, build_image, resolve_site_ca
+from imagebuild.engine.progress import BuildEvent
+from imagebuild.engine.push import PushedImage, push_image
+from imagebuild.engine.select import detect_engine
+from imagebuild.engine.tags import BUILD_HASH_LABEL, build_tag, latest_tag
 from imagebuild.errors import LockError
-from imagebuild.export import source_for_engine
 from imagebuild.generated import write_all
-from imagebuild.images import BUILD_HASH_LABEL, build_tag, latest_tag
-from imagebuild.model import Recipe
-from imagebuild.progress import BuildEvent
-from imagebuild.recipe import project_dir
-from imagebuild.render import BuildContext, build_context, current_lock, generated_dockerfile
-from imagebuild.squash import DEFAULT_COMPRESSION, Compression, convert, find_squash_tool
+from imagebuild.lock.check import current_lock
+from imagebuild.recipe.load import project_dir
+from imagebuild.recipe.model import Recipe
+from imagebuild.recipe.site import load_site
+from imagebuild.render.context import BuildContext, build_context
+from imagebuild.render.dockerfile import generated_dockerfile
+from imagebuild.render.edf import generated_edf
+from imagebuild.render.plan import make_plan
 
 Say = Callable[[str], None]
 
@@ -79,15 +89,16 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
     if lock is None:
         raise LockError(f"{recipe.name}: not locked; run `imagebuild lock {recipe.name}` first "
                         "(an image installs only what its lock pins)")
+    plan = make_plan(recipe, lock)
     # `build` renders: the committed Dockerfile and EDF are brought up to date first.
-    for item in write_all([generated_dockerfile(recipe), generated_edf(recipe, project_dir())]):
+    for item in write_all([generated_dockerfile(plan), generated_edf(recipe, project_dir())]):
         say(f"rendered {item.path}")
     engine = engine or detect_engine(options.backend, builder=options.builder)
     site_ca = resolve_site_ca(options.site_ca)
     seconds["prepare"] = time.monotonic() - started
 
     with tempfile.TemporaryDirectory(prefix=f"imagebuild-{recipe.name}-") as tmp:
-        context = build_context(recipe, lock, Path(tmp) / "context")
+        context = build_context(plan, Path(tmp) / "context")
         build_hash = context_hash(context)
         tag, latest = build_tag(recipe, build_hash), latest_tag(recipe.name)
         existing = _existing_image(engine, tag, build_hash)
@@ -132,15 +143,12 @@ def _existing_image(engine: Engine, tag: str, build_hash: str) -> ImageRef | Non
 
 # --- squash, reusing artifacts of the same image --------------------------------------------
 
-def _record_path(output_dir: Path, name: str) -> Path:
-    return output_dir / f"{name}.artifacts.json"
-
-
 def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptions,
             say: Say) -> tuple[tuple[Artifact, ...], bool]:
     output_dir = options.output_dir.resolve()
-    record_path = _record_path(output_dir, recipe.name)
-    reused = _reusable_artifacts(record_path, image.image_id, options)
+    key = {"image_id": image.image_id, "formats": list(options.formats),
+           "compression": str(options.compression), "site": options.site}
+    reused = reusable_artifacts(output_dir, recipe.name, key)
     if reused is not None:
         say(f"artifacts of {image.image_id[:19]} are up to date in {output_dir}")
         return reused, False
@@ -150,50 +158,12 @@ def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptio
                         image_ref=image.ref if engine.backend == "docker" else None)
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
     if options.site and sqsh is not None:
-        site = edf.load_site(options.site)
+        site = load_site(options.site)
         config = source_for_engine(engine, image.ref).config()
-        edf_file = output_dir / f"{recipe.name}.toml"
-        write_text_atomic(edf_file, edf.render_edf(
-            recipe=recipe.name, image=edf.edf_image_path(site, sqsh.path), site=site,
-            rocm_version=recipe.rocm, workdir=config.workdir or None,
-            image_sha256=sqsh.sha256))
-        artifacts.append(Artifact("edf", edf_file, edf_file.stat().st_size,
-                                  sha256_file(edf_file), 0.0))
-    write_text_atomic(record_path, json.dumps({
-        "image_id": image.image_id,
-        "formats": list(options.formats),
-        "compression": str(options.compression),
-        "site": options.site,
-        "artifacts": [{"kind": a.kind, "path": a.path.name, "sha256": a.sha256,
-                       "size": a.size, "seconds": round(a.seconds, 2)} for a in artifacts],
-    }, indent=2) + "\n")
+        artifacts.append(write_edf_beside(sqsh, recipe.name, site, rocm_version=recipe.rocm,
+                                          workdir=config.workdir or None))
+    write_record(output_dir, recipe.name, key, artifacts)
     return tuple(artifacts), True
-
-
-def _reusable_artifacts(record_path: Path, image_id: str, options: BuildOptions
-                        ) -> tuple[Artifact, ...] | None:
-    """The recorded artifacts, if they came from this image with these options and their
-    files are still intact (size and sha256 sidecar)."""
-    try:
-        record = json.loads(record_path.read_text())
-    except (OSError, ValueError):
-        return None
-    if (record.get("image_id") != image_id or record.get("formats") != list(options.formats)
-            or record.get("compression") != str(options.compression)
-            or record.get("site") != options.site):
-        return None
-    artifacts = []
-    for entry in record.get("artifacts", []):
-        path = record_path.parent / entry["path"]
-        sidecar = sidecar_path(path)
-        if not path.is_file() or path.stat().st_size != entry["size"]:
-            return None
-        if entry["kind"] != "edf" and (not sidecar.is_file()
-                                       or not sidecar.read_text().startswith(entry["sha256"])):
-            return None
-        artifacts.append(Artifact(entry["kind"], path, entry["size"], entry["sha256"],
-                                  entry["seconds"]))
-    return tuple(artifacts)
 
 
 def format_sizes(artifacts: Sequence[Artifact]) -> list[str]:

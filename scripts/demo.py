@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from imagebuild.cli import main
-from tests.e2e.conftest import RECIPE, torch_wheel
-from tests.support import engine_env
-from tests.support.indexserver import IndexServer
+from imagebuild.engine.select import detect_engine
+from testbed import base_images
+from testbed.cpu_recipe import RECIPE, torch_wheel
+from testbed.wheel_index import IndexServer
 
 
 def phase(label: str, argv: list[str]) -> None:
@@ -35,9 +36,9 @@ def main_demo() -> None:
     demo = ROOT / "demo"
     (demo / "recipes").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    engine = engine_env.detect_engine("docker")
-    engine_env.import_base_image_docker(engine)
-    base = engine_env.push_base_image(engine)
+    engine = detect_engine("docker")
+    base_images.import_base_image_docker(engine)
+    base = base_images.push_base_image(engine)
     wheel = torch_wheel()
     print(f"[demo] base image {base} and {wheel.name}: {time.monotonic() - started:.1f} s")
     index_dir = demo / "index" / "cpu"

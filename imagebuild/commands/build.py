@@ -7,11 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from imagebuild.engine import BACKENDS
+from imagebuild.convert.formats import parse_formats
+from imagebuild.convert.squashfs import ALGORITHMS, parse_compression
+from imagebuild.engine.progress import ProgressDisplay
+from imagebuild.engine.select import BACKENDS
 from imagebuild.pipeline import BuildOptions, build_recipe, format_sizes
-from imagebuild.progress import ProgressDisplay
-from imagebuild.recipe import load_recipe, project_dir
-from imagebuild.squash import ALGORITHMS, parse_compression, parse_formats
+from imagebuild.recipe.load import load_recipe, project_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

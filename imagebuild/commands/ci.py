@@ -8,9 +8,13 @@ import json
 import os
 import sys
 
-from imagebuild import ci, generated
+from imagebuild import generated
+from imagebuild.ci.affected import affected_recipes, all_recipes, changed_files, selected_recipes
+from imagebuild.ci.config import load_ci_config
+from imagebuild.ci.generate import generated_files
+from imagebuild.ci.inputs import recipe_inputs
 from imagebuild.errors import ImagebuildError, display_path
-from imagebuild.recipe import load_all, project_dir
+from imagebuild.recipe.load import load_all, project_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     project = project_dir()
-    files = ci.generated_files(project)
+    files = generated_files(project)
     if args.check:
         stale = generated.check_all(files, root=project)
         for line in stale:
@@ -63,21 +67,21 @@ def run_affected(args: argparse.Namespace) -> int:
     recipes, errors = load_all(project)
     if errors:
         raise errors[0]
-    config = ci.load_ci_config(project)
-    inputs = ci.recipe_inputs(recipes, project)
+    config = load_ci_config(project)
+    inputs = recipe_inputs(recipes, project)
     requested = args.recipes.replace(",", " ").split()
     if requested == ["all"]:
-        result = ci.all_recipes(inputs, "all requested")
+        result = all_recipes(inputs, "all requested")
     elif requested:
-        result = ci.selected_recipes(inputs, requested)
+        result = selected_recipes(inputs, requested)
     else:
-        changed = ci.changed_files(project, args.base, args.head)
+        changed = changed_files(project, args.base, args.head)
         if changed is None:
             why = (f"cannot diff against {args.base!r} (new branch or commit not fetched)"
                    if args.base and args.base.strip("0") else "no base commit")
-            result = ci.all_recipes(inputs, f"{why}: building all")
+            result = all_recipes(inputs, f"{why}: building all")
         else:
-            result = ci.affected_recipes(inputs, changed, config)
+            result = affected_recipes(inputs, changed, config)
     for name, reason in result.reasons:
         print(f"{name}: {reason}", file=sys.stderr)
     if not result.recipes:

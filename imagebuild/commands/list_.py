@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from imagebuild.lock import lock_status
-from imagebuild.recipe import load_all
+from imagebuild.lock.resolve import lock_status
+from imagebuild.recipe.load import load_all
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from imagebuild.lock import LockOptions, check_locks, lock_recipe, parse_mirrors
-from imagebuild.recipe import load_all, load_recipe
+from imagebuild.lock.resolve import LockOptions, check_locks, lock_recipe, parse_mirrors
+from imagebuild.recipe.load import load_all, load_recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

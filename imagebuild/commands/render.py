@@ -7,11 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from imagebuild.edf import DEFAULT_SITE, generated_edf
 from imagebuild.errors import RenderError, display_path
 from imagebuild.generated import check_all, write_all
-from imagebuild.recipe import load_recipe, project_dir, recipe_names
-from imagebuild.render import build_context, current_lock, generated_dockerfile
+from imagebuild.lock.check import current_lock
+from imagebuild.recipe.load import load_recipe, project_dir, recipe_names
+from imagebuild.render.context import build_context
+from imagebuild.render.dockerfile import generated_dockerfile
+from imagebuild.render.edf import DEFAULT_SITE, generated_edf
+from imagebuild.render.plan import make_plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,14 +54,16 @@ def run(args: argparse.Namespace) -> int:
             raise RenderError("--stdout and --context take exactly one recipe")
         recipe = recipes[0]
         if args.stdout:
-            sys.stdout.write(generated_dockerfile(recipe, project).text)
+            sys.stdout.write(generated_dockerfile(make_plan(recipe, current_lock(recipe)),
+                                                 project).text)
             return 0
-        staged = build_context(recipe, current_lock(recipe), args.context)
+        staged = build_context(make_plan(recipe, current_lock(recipe)), args.context)
         print(f"staged {len(staged.files)} files in {staged.directory}; build with: "
               f"DOCKER_BUILDKIT=1 docker build --network host {staged.directory}")
         return 0
 
-    files = [generated_dockerfile(recipe, project) for recipe in recipes]
+    files = [generated_dockerfile(make_plan(recipe, current_lock(recipe)), project)
+             for recipe in recipes]
     files += [generated_edf(recipe, project, args.site) for recipe in recipes]
     if args.check:
         problems = check_all(files, project)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from imagebuild.errors import StaleFile
-from imagebuild.recipe import project_dir
-from imagebuild.spec import json_schema
+from imagebuild.recipe.load import project_dir
+from imagebuild.recipe.spec import json_schema
 
 SCHEMA_PATH = Path("schema") / "recipe.schema.json"
 

@@ -7,9 +7,9 @@ import json
 
 import yaml
 
-from imagebuild.lock import lock_status
-from imagebuild.lockfile import lock_path, read_lock
-from imagebuild.recipe import load_recipe
+from imagebuild.lock.lockfile import lock_path, read_lock
+from imagebuild.lock.resolve import lock_status
+from imagebuild.recipe.load import load_recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

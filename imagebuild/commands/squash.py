@@ -14,20 +14,19 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild import edf, images
-from imagebuild.artifacts import Artifact, sha256_file, write_text_atomic
-from imagebuild.errors import SquashError
-from imagebuild.export import DockerSource, open_source
-from imagebuild.recipe import project_dir
-from imagebuild.squash import (
+from imagebuild.convert.artifacts import Artifact, write_edf_beside
+from imagebuild.convert.formats import FORMATS, convert, parse_formats
+from imagebuild.convert.sources import DockerSource, open_source
+from imagebuild.convert.squashfs import (
     ALGORITHMS,
     DEFAULT_COMPRESSION,
-    FORMATS,
-    convert,
     find_squash_tool,
     parse_compression,
-    parse_formats,
 )
+from imagebuild.engine import tags as images
+from imagebuild.errors import SquashError
+from imagebuild.recipe.load import project_dir
+from imagebuild.recipe.site import load_site
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ def _print_artifact(artifact: Artifact, note: str = "") -> None:
 def run(args: argparse.Namespace) -> int:
     project = project_dir()
     target = resolve_target(args.target, project)
-    site = edf.load_site(args.site, project) if args.site else None
+    site = load_site(args.site, project) if args.site else None
     formats = parse_formats(args.formats) if args.formats else (
         site.formats if site else ("sqsh",))
     compression = parse_compression(args.compression, args.level)
@@ -112,12 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if rocm is None and target.recipe is None and site.aws_ofi_nccl_hook is not None:
             raise SquashError(f"edf: the ROCm version of {target.image_ref} is unknown "
                               f"(site {site.name} picks hooks by it); pass --rocm-version")
-        text = edf.render_edf(
-            recipe=target.name, image=edf.edf_image_path(site, sqsh.path), site=site,
-            rocm_version=rocm, workdir=config.workdir or None, image_sha256=sqsh.sha256)
-        # Beside the artifact: this EDF records the image's sha256; envs/ holds the
-        # committed, image-independent one (`imagebuild render`).
-        path = output_dir / f"{target.name}.toml"
-        write_text_atomic(path, text)
-        print(f"edf   {path}  sha256:{sha256_file(path)}  (site {site.name})")
+        edf_file = write_edf_beside(sqsh, target.name, site, rocm_version=rocm,
+                                    workdir=config.workdir or None)
+        print(f"edf   {edf_file.path}  sha256:{edf_file.sha256}  (site {site.name})")
     return 0

@@ -1,6 +1,6 @@
 """The in-image checks as the image carries them, for bind-mounting into any image.
 
-The build context (imagebuild.render.build_context) copies this package to
+The build context (imagebuild.render.dockerfile.build_context) copies this package to
 IMAGE_CHECKS_DIR/imagebuild_checks (/opt/imagebuild/checks/imagebuild_checks, gpus.json
 included) and installs a shim ``imagebuild`` that runs ``python -m imagebuild_checks``.
 ``imagebuild validate --mount-checks IMAGE`` mounts a copy staged here over that
@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from imagebuild.render import CHECKS_IMPORT_NAME, IMAGE_CHECKS_DIR, IMAGE_MANIFEST
+from imagebuild.render.layout import CHECKS_IMPORT_NAME, IMAGE_CHECKS_DIR, IMAGE_MANIFEST
 
 #: Directory on the image's PYTHONPATH that holds the checks package.
 IMAGE_LIB = IMAGE_CHECKS_DIR

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import ci
+from imagebuild.ci.config import PROJECT_CONFIG
+from imagebuild.ci.gitlab import GITLAB_FILE
 
 from .conftest import NEW_RECIPE, commit_all, git
 
@@ -24,33 +25,33 @@ def test_committed_ci_files_are_current(cli, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_generate_then_check(project: Path, cli) -> None:
-    for path in ("ci/github/imagebuild.yml", ci.GITLAB_FILE):
+    for path in ("ci/github/imagebuild.yml", GITLAB_FILE):
         (project / path).unlink()
     code, _, err = cli("ci", "--check")
     assert code == 2
     assert err.splitlines() == [
         "error: ci/github/imagebuild.yml: missing; run `imagebuild ci`",
-        f"error: {ci.GITLAB_FILE}: missing; run `imagebuild ci`"]
+        f"error: {GITLAB_FILE}: missing; run `imagebuild ci`"]
     code, out, _ = cli("ci")
     assert code == 0
     assert out.splitlines() == ["ci/github/imagebuild.yml: written",
-                                f"{ci.GITLAB_FILE}: written",
+                                f"{GITLAB_FILE}: written",
                                 "ci/actionlint.yaml: unchanged"]
     assert cli("ci", "--check")[0] == 0
     assert cli("ci")[1].count("unchanged") == 3
 
 
 def test_hand_edit_is_stale(project: Path, cli) -> None:
-    path = project / ci.GITLAB_FILE
+    path = project / GITLAB_FILE
     path.write_text(path.read_text().replace("timeout: 6h", "timeout: 9h"))
     code, _, err = cli("ci", "--check")
     assert code == 2
-    assert err.splitlines() == [(f"error: {ci.GITLAB_FILE}: stale (differs from what its "
+    assert err.splitlines() == [(f"error: {GITLAB_FILE}: stale (differs from what its "
                                 "inputs generate now); run `imagebuild ci`")]
 
 
 def test_config_change_makes_every_file_stale(project: Path, cli) -> None:
-    (project / ci.PROJECT_CONFIG).write_text("version: 1\nvalidate:\n  gpu: false\n")
+    (project / PROJECT_CONFIG).write_text("version: 1\nvalidate:\n  gpu: false\n")
     code, _, err = cli("ci", "--check")
     assert code == 2 and len(err.splitlines()) == 3
 
@@ -64,12 +65,12 @@ def test_added_recipe_appears_in_both_matrices(git_project: Path, cli) -> None:
 
     code, _, err = cli("ci", "--check")
     assert code == 2
-    assert err.splitlines() == [(f"error: {ci.GITLAB_FILE}: stale (differs from what its "
+    assert err.splitlines() == [(f"error: {GITLAB_FILE}: stale (differs from what its "
                                 "inputs generate now); run `imagebuild ci`")]
     assert cli("ci")[0] == 0
     assert cli("ci", "--check")[0] == 0
 
-    gitlab = (project / ci.GITLAB_FILE).read_text()
+    gitlab = (project / GITLAB_FILE).read_text()
     assert "imagebuild:rocm-9.9.9:" in gitlab and "RECIPE: rocm-9.9.9" in gitlab
     assert "# input recipes/rocm-9.9.9.yaml  sha256:" in gitlab
     # GitHub: the workflow is unchanged; its plan job puts the recipe in the matrix.

@@ -9,7 +9,7 @@ import shlex
 import pytest
 import yaml
 
-from imagebuild import ci
+from imagebuild.ci.generate import generated_files
 from imagebuild.cli import build_parser
 
 from .test_config import write_config
@@ -63,7 +63,7 @@ def all_commands(tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
         shutil.copytree(REPO_ROOT / "recipes", project / "recipes")
         if text:
             write_config(project, text)
-        for item in ci.generated_files(project):
+        for item in generated_files(project):
             if item.path.suffix == ".yml":
                 commands += command_lines(item.text)
     return commands

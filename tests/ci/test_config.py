@@ -7,25 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import ci
-from imagebuild.errors import RecipeError
+from imagebuild.ci.config import PROJECT_CONFIG, load_ci_config
+from imagebuild.errors import CIConfigError
 
 
 def write_config(project: Path, text: str) -> Path:
-    path = project / ci.PROJECT_CONFIG
+    path = project / PROJECT_CONFIG
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def problems(project: Path) -> list[str]:
-    with pytest.raises(RecipeError) as info:
-        ci.load_ci_config(project)
+    with pytest.raises(CIConfigError) as info:
+        load_ci_config(project)
     return [str(p) for p in info.value.problems]
 
 
 def test_defaults_without_project_config(tmp_path: Path) -> None:
-    config = ci.load_ci_config(tmp_path)
+    config = load_ci_config(tmp_path)
     assert config.source is None
     assert config.site.backend == "docker"
     assert config.validate_gpu is True
@@ -47,7 +47,7 @@ github:
   runners:
     gpu: [self-hosted, mi300a]
 """)
-    config = ci.load_ci_config(tmp_path)
+    config = load_ci_config(tmp_path)
     assert config.source == "ci/config.yaml"
     assert config.site.profile == "cscs-beverin" and config.site.backend == "podman"
     assert config.site.squash == ("sqsh",)  # kept from the defaults
@@ -104,7 +104,7 @@ def test_malformed_configs(tmp_path: Path, text: str, expected: str) -> None:
                                      "imagebuild @ git+https://example.org/imagebuild@v0.1.0"])
 def test_install_accepts_requirements_and_directories(tmp_path: Path, install: str) -> None:
     write_config(tmp_path, f"version: 1\ninstall: '{install}'\n")
-    assert ci.load_ci_config(tmp_path).install == install
+    assert load_ci_config(tmp_path).install == install
 
 
 def test_site_profile_must_exist(tmp_path: Path) -> None:
@@ -118,4 +118,4 @@ def test_project_site_profile_is_found(tmp_path: Path) -> None:
     (tmp_path / "sites").mkdir()
     (tmp_path / "sites" / "my-cluster.yaml").write_text("name: my-cluster\n")
     write_config(tmp_path, "version: 1\nsite:\n  profile: my-cluster\n")
-    assert ci.load_ci_config(tmp_path).site.profile == "my-cluster"
+    assert load_ci_config(tmp_path).site.profile == "my-cluster"

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import ci
+from imagebuild.ci.config import load_ci_config
+from imagebuild.ci.github import ACTIONLINT_CONFIG
+from imagebuild.ci.gitlab import GITLAB_FILE
 from tests.support import linters
 
 from .test_config import write_config
@@ -53,16 +55,16 @@ def generated(request: pytest.FixtureRequest, project: Path, cli) -> Path:
 
 
 def test_generated_pipelines_pass_the_schemas(generated: Path) -> None:
-    config = ci.load_ci_config(generated)
+    config = load_ci_config(generated)
     for path, schema in ((config.github.workflow, linters.GITHUB_SCHEMA),
-                         (ci.GITLAB_FILE, linters.GITLAB_SCHEMA)):
+                         (GITLAB_FILE, linters.GITLAB_SCHEMA)):
         result = linters.check_jsonschema(generated / path, schema)
         assert result.ok, str(result)
 
 
 def test_generated_workflow_passes_actionlint(generated: Path, actionlint_ready: None) -> None:
-    config = ci.load_ci_config(generated)
-    labels = linters.actionlint_labels(generated / ci.ACTIONLINT_CONFIG)
+    config = load_ci_config(generated)
+    labels = linters.actionlint_labels(generated / ACTIONLINT_CONFIG)
     result = linters.actionlint([generated / config.github.workflow], labels)
     assert result.ok, str(result)
 
@@ -107,7 +109,7 @@ def test_actionlint_checks_the_generated_workflow(project: Path,
     result = linters.actionlint([workflow])
     assert not result.ok
     assert any('label "gpu" is unknown' in line for line in result.findings)
-    labels = linters.actionlint_labels(project / ci.ACTIONLINT_CONFIG)
+    labels = linters.actionlint_labels(project / ACTIONLINT_CONFIG)
     workflow.write_text(workflow.read_text().replace("needs.plan.outputs.matrix",
                                                      "needs.plan.outputs.matrixx"))
     result = linters.actionlint([workflow], labels)
@@ -132,8 +134,8 @@ def shellcheck_ready() -> None:
 
 
 def test_generated_job_scripts_pass_shellcheck(generated: Path, shellcheck_ready: None) -> None:
-    config = ci.load_ci_config(generated)
-    for path in (config.github.workflow, ci.GITLAB_FILE):
+    config = load_ci_config(generated)
+    for path in (config.github.workflow, GITLAB_FILE):
         scripts = linters.job_scripts(generated / path)
         assert len(scripts) >= 3, path
         result = linters.shellcheck(generated / path)

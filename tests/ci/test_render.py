@@ -9,9 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagebuild import ci
+from imagebuild.ci.affected import affected_recipes
+from imagebuild.ci.config import load_ci_config
+from imagebuild.ci.generate import render_ci
+from imagebuild.ci.github import ACTIONLINT_CONFIG
+from imagebuild.ci.gitlab import GITLAB_FILE
+from imagebuild.ci.inputs import recipe_inputs
 from imagebuild.errors import RecipeError
-from imagebuild.recipe import load_all
+from imagebuild.recipe.load import load_all
 
 from .test_config import write_config
 
@@ -19,7 +24,7 @@ from .test_config import write_config
 def render(project: Path) -> dict[str, str]:
     recipes, errors = load_all(project)
     assert not errors
-    return ci.render_ci(recipes, ci.load_ci_config(project), project)
+    return render_ci(recipes, load_ci_config(project), project)
 
 
 def workflow(files: dict[str, str], path: str = "ci/github/imagebuild.yml") -> dict:
@@ -29,7 +34,7 @@ def workflow(files: dict[str, str], path: str = "ci/github/imagebuild.yml") -> d
 
 
 def gitlab(files: dict[str, str]) -> dict:
-    return yaml.safe_load(files[ci.GITLAB_FILE])
+    return yaml.safe_load(files[GITLAB_FILE])
 
 
 def all_steps_text(job: dict) -> str:
@@ -46,7 +51,7 @@ def test_files_and_headers(project: Path) -> None:
         assert re.search(r"^# input imagebuild/data/ci\.yaml +sha256:[0-9a-f]{64}  "
                          r"\(imagebuild's defaults: no ci/config\.yaml\)$", text,
                          re.MULTILINE), path
-    header = files[ci.GITLAB_FILE].split("\n\n", 1)[0]
+    header = files[GITLAB_FILE].split("\n\n", 1)[0]
     for name in ("rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1"):
         assert re.search(rf"^# input recipes/{name}\.yaml +sha256:[0-9a-f]{{64}}  "
                          r"\(extends recipes/_common\.yaml\)$", header, re.MULTILINE), name
@@ -163,8 +168,8 @@ gitlab:
     assert "image" not in data["imagebuild:check"]
     script = "\n".join(template["script"])
     assert "--allow-cpu" in script and 'CI_COMMIT_BRANCH:-}" = "$CI_DEFAULT_BRANCH"' in script
-    assert "# input ci/config.yaml  " in files[ci.GITLAB_FILE].split("\n\n", 1)[0]
-    assert yaml.safe_load(files[ci.ACTIONLINT_CONFIG]) == {
+    assert "# input ci/config.yaml  " in files[GITLAB_FILE].split("\n\n", 1)[0]
+    assert yaml.safe_load(files[ACTIONLINT_CONFIG]) == {
         "self-hosted-runner": {"labels": ["podman", "gpu"]}}
 
 
@@ -173,7 +178,7 @@ def test_workflow_dir_places_the_workflow(project: Path) -> None:
     files = render(project)
     assert ".github/workflows/imagebuild.yml" in files
     assert "ci/github/imagebuild.yml" not in files
-    assert ci.ACTIONLINT_CONFIG in files  # never inside .github/workflows
+    assert ACTIONLINT_CONFIG in files  # never inside .github/workflows
 
 
 def test_github_workflow_does_not_depend_on_recipes(project: Path) -> None:
@@ -181,8 +186,8 @@ def test_github_workflow_does_not_depend_on_recipes(project: Path) -> None:
     (project / "recipes" / "rocm-7.1.1.yaml").unlink()
     after = render(project)
     assert after["ci/github/imagebuild.yml"] == before["ci/github/imagebuild.yml"]
-    assert after[ci.GITLAB_FILE] != before[ci.GITLAB_FILE]
-    assert "imagebuild:rocm-7.1.1" not in after[ci.GITLAB_FILE]
+    assert after[GITLAB_FILE] != before[GITLAB_FILE]
+    assert "imagebuild:rocm-7.1.1" not in after[GITLAB_FILE]
 
 
 def test_unsafe_recipe_file_name_is_refused(project: Path) -> None:
@@ -209,7 +214,7 @@ def test_unsafe_recipe_file_name_is_refused(project: Path) -> None:
 def test_changed_paths_map_to_recipes(project: Path, changed: str,
                                       expected: list[str]) -> None:
     recipes, _ = load_all(project)
-    inputs = ci.recipe_inputs(recipes, project)
-    result = ci.affected_recipes(inputs, [changed], ci.load_ci_config(project))
+    inputs = recipe_inputs(recipes, project)
+    result = affected_recipes(inputs, [changed], load_ci_config(project))
     assert [r.name for r in result.recipes] == expected
     assert [entry["recipe"] for entry in result.matrix()["include"]] == expected

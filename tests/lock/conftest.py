@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.lock import LockOptions
+from imagebuild.lock.resolve import LockOptions
 from tests.support.indexserver import IndexServer, make_wheel
 
 TORCH = "2.8.0+rocm7.0.2.lw.git245bf6ed"

@@ -10,9 +10,9 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.errors import HashMismatch, LockError, StaleFile, WheelIndexError
-from imagebuild.lock import LockOptions, check_locks, lock_recipe, lock_status
-from imagebuild.lockfile import lock_path
-from imagebuild.recipe import load_recipe
+from imagebuild.lock.lockfile import lock_path
+from imagebuild.lock.resolve import LockOptions, check_locks, lock_recipe, lock_status
+from imagebuild.recipe.load import load_recipe
 from tests.lock.conftest import BASE_DIGEST, TORCH, TRITON, World
 from tests.support.indexserver import Fault, sha256_of, wheel_filename
 

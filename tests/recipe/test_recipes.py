@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.errors import RecipeNotFound
-from imagebuild.recipe import load_recipe, recipe_names
+from imagebuild.recipe.load import load_recipe, recipe_names
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = recipe_names(ROOT)

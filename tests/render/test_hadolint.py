@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.recipe import load_recipe
-from imagebuild.render import render_dockerfile
+from imagebuild.recipe.load import load_recipe
+from imagebuild.render.dockerfile import render_dockerfile
+from imagebuild.render.plan import make_plan
 from tests.render.conftest import FIXTURES, REPO, SHIPPED
 from tests.support.render import write_lock
 
@@ -53,8 +54,8 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
         recipe = load_recipe(name, REPO)
         lock_dir = tmp_path / name / "recipes"
         lock_dir.mkdir(parents=True)
-        variants[f"{name}-locked"] = render_dockerfile(
-            recipe, write_lock(recipe, lock_dir / f"pylock.{name}.toml"))
+        variants[f"{name}-locked"] = render_dockerfile(make_plan(
+            recipe, write_lock(recipe, lock_dir / f"pylock.{name}.toml")))
     recipe = load_recipe("rocm-7.0.2", REPO)
     for label, changed in {
         "no-hipblaslt": replace(recipe, hipblaslt=replace(recipe.hipblaslt, enabled=False)),
@@ -68,10 +69,10 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
         "no-tuning-kit": replace(recipe, hipblaslt=replace(recipe.hipblaslt, tuning_kit=False,
                                                            clients=False)),
     }.items():
-        variants[label] = render_dockerfile(changed, None)
+        variants[label] = render_dockerfile(make_plan(changed, None))
     cpu = load_recipe("cpu-test", FIXTURES)
-    variants["cpu-unlocked"] = render_dockerfile(cpu, None)
-    variants["cpu-no-packages"] = render_dockerfile(replace(cpu, os_packages=()), None)
+    variants["cpu-unlocked"] = render_dockerfile(make_plan(cpu, None))
+    variants["cpu-no-packages"] = render_dockerfile(make_plan(replace(cpu, os_packages=()), None))
     return variants
 
 

@@ -17,8 +17,10 @@ import pytest
 import yaml
 
 from imagebuild.errors import LockError, RecipeError, RenderError
-from imagebuild.recipe import load_recipe
-from imagebuild.render import dockerfile_quote, render_dockerfile
+from imagebuild.recipe.load import load_recipe
+from imagebuild.render.dockerfile import render_dockerfile
+from imagebuild.render.plan import make_plan
+from imagebuild.render.quoting import dockerfile_quote
 from tests.support.render import instructions, parse_dockerfile, write_lock
 
 BASE = {
@@ -61,7 +63,7 @@ def count(text: str) -> int:
 
 @pytest.fixture
 def benign_count(tmp_path: Path) -> int:
-    return count(render_dockerfile(load_recipe(write_recipe(tmp_path / "benign")), None))
+    return count(render_dockerfile(make_plan(load_recipe(write_recipe(tmp_path / "benign")), None)))
 
 
 # --- refused at load ------------------------------------------------------------------------
@@ -123,7 +125,7 @@ def test_allowed_metacharacters_come_out_inert(tmp_path: Path, benign_count: int
     path = write_recipe(tmp_path, env=INERT_ENV,
                         labels={"org.example.quote": 'x" LABEL y="z', "org.example.dollar": "$USER"})
     recipe = load_recipe(path)
-    text = render_dockerfile(recipe, None)
+    text = render_dockerfile(make_plan(recipe, None))
     # The same number of instructions as the benign recipe, plus one per extra ENV/LABEL.
     extra = (len(INERT_ENV) - 1) + 1
     assert count(text) == benign_count + extra
@@ -159,7 +161,7 @@ def test_url_metacharacters_stay_one_shell_word(tmp_path: Path, benign_count: in
     url = "https://example.org/libfabric-{version}.tar.bz2?a=1&b=2;c"
     path = write_recipe(tmp_path, hipblaslt__repository=repository,
                         network_plugin__libfabric__url=url)
-    text = render_dockerfile(load_recipe(path), None)
+    text = render_dockerfile(make_plan(load_recipe(path), None))
     assert count(text) == benign_count
     stages = parse_dockerfile(text)
     remote = next(i for i in stages["hipblaslt"].instructions if "remote add origin" in i)
@@ -173,7 +175,7 @@ def test_url_metacharacters_stay_one_shell_word(tmp_path: Path, benign_count: in
 def test_subdir_may_not_leave_the_checkout(tmp_path: Path):
     path = write_recipe(tmp_path, hipblaslt__subdir="projects/../../../etc")
     with pytest.raises((RecipeError, RenderError), match="subdir"):
-        render_dockerfile(load_recipe(path), None)
+        render_dockerfile(make_plan(load_recipe(path), None))
 
 
 def test_recipe_env_may_not_override_image_paths(tmp_path: Path):
@@ -204,7 +206,7 @@ def _edit_lock(path: Path, old: str, new: str) -> None:
 ])
 def test_hand_edited_lock_values_are_refused(tmp_path: Path, field: str, replacement: str,
                                              expected: str):
-    from imagebuild.lockfile import read_lock
+    from imagebuild.lock.lockfile import read_lock
 
     recipe = load_recipe(write_recipe(tmp_path))
     lock = write_lock(recipe)
@@ -212,14 +214,14 @@ def test_hand_edited_lock_values_are_refused(tmp_path: Path, field: str, replace
            "libfabric-sha": lock.libfabric.sha256, "wheel-sha": lock.wheels[0].sha256}[field]
     _edit_lock(lock.path, f'"{old}"', f'"{replacement}"'.replace("\n", "\\n"))
     with pytest.raises(LockError, match=expected):
-        render_dockerfile(recipe, read_lock(lock.path))
+        render_dockerfile(make_plan(recipe, read_lock(lock.path)))
 
 
 def test_lock_of_another_recipe_is_refused(tmp_path: Path):
     recipe = load_recipe(write_recipe(tmp_path))
     other = load_recipe(write_recipe(tmp_path, name="other"))
     with pytest.raises(LockError, match="lock is for recipe 'other'"):
-        render_dockerfile(recipe, write_lock(other))
+        render_dockerfile(make_plan(recipe, write_lock(other)))
 
 
 def test_stale_lock_is_refused(tmp_path: Path):
@@ -228,4 +230,4 @@ def test_stale_lock_is_refused(tmp_path: Path):
     changed = load_recipe(write_recipe(tmp_path, gpu_targets=["gfx90a", "gfx942"],
                                        wheels={"packages": {"torch": "2.9.0"}}))
     with pytest.raises(LockError, match="stale"):
-        render_dockerfile(changed, lock)
+        render_dockerfile(make_plan(changed, lock))

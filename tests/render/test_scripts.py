@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.render import UV_WHEELS
+from imagebuild.render.layout import UV_WHEELS
 from tests.support.indexserver import Fault
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "imagebuild" / "templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "imagebuild" / "render" / "templates"
 FETCH_UV = TEMPLATES / "fetch-uv.py"
 TUNING_KIT = TEMPLATES / "hipblaslt-tuning-kit.sh"
 

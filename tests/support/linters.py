@@ -178,12 +178,14 @@ def actionlint_labels(config_file: Path) -> tuple[str, ...]:
 
 def lint_generated(project: Path, shell: bool = True) -> list[LintResult]:
     """Every linter on every generated CI file of a project (shellcheck when ``shell``)."""
-    from imagebuild import ci
+    from imagebuild.ci.config import load_ci_config
+    from imagebuild.ci.github import ACTIONLINT_CONFIG
+    from imagebuild.ci.gitlab import GITLAB_FILE
 
-    config = ci.load_ci_config(project)
+    config = load_ci_config(project)
     workflow = project / config.github.workflow
-    gitlab = project / ci.GITLAB_FILE
-    labels = actionlint_labels(project / ci.ACTIONLINT_CONFIG)
+    gitlab = project / GITLAB_FILE
+    labels = actionlint_labels(project / ACTIONLINT_CONFIG)
     results = [check_jsonschema(workflow, GITHUB_SCHEMA),
                check_jsonschema(gitlab, GITLAB_SCHEMA),
                actionlint([workflow], labels)]

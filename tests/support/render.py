@@ -17,8 +17,11 @@ from urllib.parse import quote
 
 import tomli_w
 
-from imagebuild.lockfile import header, lock_path, lock_text, read_lock, tool_table
-from imagebuild.model import Lock, LockedArchive, LockedGit, Recipe
+from imagebuild.lock.check import current_lock
+from imagebuild.lock.lockfile import header, lock_path, lock_text, read_lock, tool_table
+from imagebuild.lock.model import Lock, LockedArchive, LockedGit
+from imagebuild.recipe.model import Recipe
+from imagebuild.render.plan import BuildPlan, make_plan
 
 
 def fake_sha(*parts: str) -> str:
@@ -243,3 +246,8 @@ def served_lock(recipe: Recipe, server, wheels: list[tuple[str, str]], base_dige
     target.write_text(lock_text(recipe, packages, base_digest=base_digest,
                                 wheel_index=recipe.wheels.index_url), encoding="utf-8")
     return read_lock(target)
+
+
+def plan_for(recipe: Recipe) -> BuildPlan:
+    """The plan ``imagebuild render`` makes: the recipe with its committed lock, if any."""
+    return make_plan(recipe, current_lock(recipe))

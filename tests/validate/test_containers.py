@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.engine import inherited_ulimits
+from imagebuild.engine.podman import inherited_ulimits
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE
 from imagebuild.validate.checks.report import EVENT_PREFIX
 from imagebuild.validate.host import Invocation, Target, prepare_inputs, validate

@@ -1,5 +1,5 @@
-"""The in-image checks import only the standard library and torch (DESIGN principle 7),
-and run from a copy under the image's package name with nothing else importable."""
+"""The in-image checks import only the standard library and torch, so they
+run in any image on any launcher, and run from a copy under the image's package name with nothing else importable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""In-image validation checks: the standard library and torch only (DESIGN principle 7).
+"""In-image validation checks: the standard library and torch only (so they run in any image, on any launcher).
 
 This package is copied into every image (see ``imagebuild.validate.bundle``) and runs
 there as ``python3 -m imagebuild_checks``, where imagebuild itself is not installed. From

@@ -1,0 +1,124 @@
+"""Artifacts beside a squashfs: each file with its ``.sha256``, the EDF, and the record that
+lets a rebuild of the same image reuse them.
+
+An artifact is written under a hidden temporary name in its final directory (same
+filesystem, so the final ``rename`` is atomic) and only renamed into place once complete.
+Any exception, Ctrl-C included, removes the temporary file: a reader never sees half an
+image, and a full disk leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagebuild.files import fsync_dir, remove_quietly, sha256_file, write_text_atomic
+from imagebuild.recipe.site import SiteProfile
+from imagebuild.render import edf
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One published file."""
+
+    kind: str  # "sqsh", "sif", "edf"
+    path: Path
+    size: int
+    sha256: str  # hex digest
+    seconds: float  # wall time to produce it
+
+    @property
+    def sidecar(self) -> Path:
+        return sidecar_path(self.path)
+
+
+def sidecar_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def write_sidecar(path: Path, digest: str) -> Path:
+    """``<path>.sha256`` in sha256sum format (``sha256sum -c`` works in that directory)."""
+    sidecar = sidecar_path(path)
+    write_text_atomic(sidecar, f"{digest}  {path.name}\n")
+    return sidecar
+
+
+def publish(temp: Path, final: Path, kind: str, seconds: float) -> Artifact:
+    """Hash a finished temporary file, rename it into place, and write its sidecar.
+
+    The stale sidecar of a previous artifact is removed first, so a crash between the two
+    renames never leaves a sidecar that contradicts the file beside it.
+    """
+    try:
+        digest = sha256_file(temp)
+        size = temp.stat().st_size
+        with open(temp, "rb+") as stream:
+            os.fsync(stream.fileno())
+        remove_quietly(sidecar_path(final))
+        os.replace(temp, final)
+    except BaseException:
+        remove_quietly(temp)
+        raise
+    fsync_dir(final.parent)
+    write_sidecar(final, digest)
+    return Artifact(kind=kind, path=final, size=size, sha256=digest, seconds=seconds)
+
+
+def write_edf_beside(sqsh: Artifact, name: str, site: SiteProfile, *,
+                     rocm_version: str | None, workdir: str | None) -> Artifact:
+    """``<name>.toml`` beside the .sqsh: the site's EDF pointing at it, with its sha256.
+
+    This EDF records one image's sha256; the committed, image-independent ``envs/<recipe>.toml``
+    comes from ``imagebuild render``.
+    """
+    path = sqsh.path.parent / f"{name}.toml"
+    write_text_atomic(path, edf.render_edf(
+        recipe=name, image=edf.edf_image_path(site, sqsh.path), site=site,
+        rocm_version=rocm_version, workdir=workdir, image_sha256=sqsh.sha256))
+    return Artifact("edf", path, path.stat().st_size, sha256_file(path), 0.0)
+
+
+# --- reusing the artifacts of the same image ------------------------------------------------
+
+def record_path(output_dir: Path, name: str) -> Path:
+    return output_dir / f"{name}.artifacts.json"
+
+
+def write_record(output_dir: Path, name: str, key: Mapping[str, Any],
+                 artifacts: Sequence[Artifact]) -> None:
+    """Record which image and options (``key``: image id, formats, compression, site) made
+    ``artifacts``, for ``reusable_artifacts``."""
+    write_text_atomic(record_path(output_dir, name), json.dumps({
+        **key,
+        "artifacts": [{"kind": a.kind, "path": a.path.name, "sha256": a.sha256,
+                       "size": a.size, "seconds": round(a.seconds, 2)} for a in artifacts],
+    }, indent=2) + "\n")
+
+
+def reusable_artifacts(output_dir: Path, name: str, key: Mapping[str, Any]
+                       ) -> tuple[Artifact, ...] | None:
+    """The recorded artifacts, if they came from the same ``key`` (image and options) and
+    their files are still intact (size and sha256 sidecar)."""
+    path_of_record = record_path(output_dir, name)
+    try:
+        record = json.loads(path_of_record.read_text())
+    except (OSError, ValueError):
+        return None
+    if any(record.get(field) != value for field, value in key.items()):
+        return None
+    artifacts = []
+    for entry in record.get("artifacts", []):
+        path = path_of_record.parent / entry["path"]
+        sidecar = sidecar_path(path)
+        if not path.is_file() or path.stat().st_size != entry["size"]:
+            return None
+        if entry["kind"] != "edf" and (not sidecar.is_file()
+                                       or not sidecar.read_text().startswith(entry["sha256"])):
+            return None
+        artifacts.append(Artifact(entry["kind"], path, entry["size"], entry["sha256"],
+                                  entry["seconds"]))
+    return tuple(artifacts)

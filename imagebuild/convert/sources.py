@@ -1,0 +1,303 @@
+"""Where an image comes from: its configuration and its flattened filesystem as a tar stream.
+
+The squash and SIF stages read an image through this one seam, ``ImageSource``: the image
+configuration (ENV, WORKDIR, ENTRYPOINT, CMD, labels, volumes, user) and a binary stream of
+the container's flattened filesystem. Everything streams: no temporary rootfs directory and
+no full tar file on disk (a ROCm PyTorch image is 26-38 GB).
+
+Implementations: Docker (docker SDK: create a container, never start it, stream
+``container.export()``), podman (``podman create`` + ``podman export`` on a pipe, through
+the ``CommandRunner``) and a plain tarball (tests, and images already exported elsewhere).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
+from imagebuild.errors import EngineError, SquashError
+
+#: A never-executed placeholder command: ``create`` refuses an image without CMD otherwise.
+_PLACEHOLDER_CMD = ["/.imagebuild-export-placeholder"]
+_EXPORT_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """The runtime parts of an OCI/Docker image configuration that a site runtime needs."""
+
+    env: tuple[str, ...] = ()
+    workdir: str = ""
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    volumes: tuple[str, ...] = ()
+    user: str = ""
+    #: Image creation time (seconds since the epoch), when known. Used to clamp the mtimes of
+    #: files the engine creates at container creation, so exports are reproducible.
+    created: int | None = None
+    #: The architecture as the image says it (``amd64``, ``arm64``).
+    architecture: str = "amd64"
+    #: The original configuration object, for the SIF's oci-config.json descriptor.
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_inspect(cls, attrs: Mapping[str, Any]) -> ImageConfig:
+        """From ``docker image inspect`` / ``podman image inspect`` / an OCI config JSON.
+
+        Docker and podman name the block ``Config``, the OCI image config ``config``.
+        """
+        config = attrs.get("Config") or attrs.get("config") or {}
+        labels = config.get("Labels") or {}
+        created = attrs.get("Created") or attrs.get("created")
+        return cls(
+            env=tuple(config.get("Env") or ()),
+            workdir=config.get("WorkingDir") or "",
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            cmd=tuple(config.get("Cmd") or ()),
+            labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+            volumes=tuple(sorted(config.get("Volumes") or {})),
+            user=config.get("User") or "",
+            created=parse_timestamp(created) if created else None,
+            architecture=attrs.get("Architecture") or attrs.get("architecture") or "amd64",
+            raw=dict(config),
+        )
+
+    def env_dict(self) -> dict[str, str]:
+        """ENV as a mapping (``KEY`` without ``=`` maps to the empty string)."""
+        out: dict[str, str] = {}
+        for item in self.env:
+            key, _, value = item.partition("=")
+            out[key] = value
+        return out
+
+
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)?$")
+
+
+def parse_timestamp(text: str) -> int:
+    """RFC 3339 with nanoseconds (as docker writes ``Created``) -> whole epoch seconds.
+
+    Python 3.10's ``fromisoformat`` accepts neither ``Z`` nor nine fractional digits.
+    """
+    match = _TIMESTAMP.match(text.strip())
+    if not match:
+        raise SquashError(f"image config: Created: expected an RFC 3339 time, got {text!r}")
+    zone = match.group(3) or "+00:00"
+    zone = "+00:00" if zone == "Z" else zone
+    stamp = datetime.fromisoformat(match.group(1) + zone)
+    return int(stamp.astimezone(UTC).timestamp())
+
+
+class ImageSource(Protocol):
+    """Where an image's configuration and flattened filesystem come from."""
+
+    #: What the user named (an image reference or a file), for messages and provenance.
+    description: str
+
+    def config(self) -> ImageConfig: ...
+
+    def rootfs_tar(self) -> Any:
+        """A context manager yielding a binary stream of the flattened filesystem as tar."""
+        ...
+
+
+class ChunkStream(io.RawIOBase):
+    """A read-only binary stream over an iterator of byte chunks (docker SDK export)."""
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self._chunks = chunks
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            try:
+                self._pending = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+@dataclass(frozen=True)
+class TarballSource:
+    """A root filesystem tar file on disk plus the configuration that goes with it."""
+
+    path: Path
+    image_config: ImageConfig = ImageConfig()
+
+    @property
+    def description(self) -> str:
+        return str(self.path)
+
+    def config(self) -> ImageConfig:
+        return self.image_config
+
+    @contextmanager
+    def rootfs_tar(self) -> Iterator[BinaryIO]:
+        if not self.path.is_file():
+            raise SquashError(f"{self.path}: rootfs tarball not found")
+        with open(self.path, "rb") as stream:
+            yield stream
+
+
+class DockerSource:
+    """An image in a Docker engine, read through the docker SDK."""
+
+    def __init__(self, ref: str, client: Any = None):
+        self.ref = ref
+        self.description = ref
+        self._client = client
+
+    def _docker(self) -> Any:
+        if self._client is None:
+            import docker  # imported lazily: podman-only hosts need not reach a Docker socket
+
+            try:
+                self._client = docker.from_env()
+                self._client.ping()
+            except docker.errors.DockerException as exc:
+                raise EngineError(f"docker: cannot reach the Docker engine: {exc}") from exc
+        return self._client
+
+    def _image(self) -> Any:
+        import docker
+
+        try:
+            return self._docker().images.get(self.ref)
+        except docker.errors.ImageNotFound as exc:
+            raise EngineError(f"docker: image {self.ref!r} not found in the engine") from exc
+        except docker.errors.APIError as exc:
+            raise EngineError(f"docker: inspecting image {self.ref!r} failed: {exc}") from exc
+
+    def config(self) -> ImageConfig:
+        return ImageConfig.from_inspect(self._image().attrs)
+
+    @contextmanager
+    def rootfs_tar(self) -> Iterator[BinaryIO]:
+        import docker
+
+        image = self._image()
+        try:
+            container = self._docker().containers.create(
+                image.id, command=_PLACEHOLDER_CMD, network_disabled=True,
+                labels={"org.imagebuild.purpose": "export"},
+            )
+        except docker.errors.APIError as exc:
+            raise EngineError(f"docker: creating a container of {self.ref!r} failed: {exc}") \
+                from exc
+        chunks = None
+
+        def guarded(stream: Iterator[bytes]) -> Iterator[bytes]:
+            import requests
+
+            try:
+                yield from stream
+            except (requests.RequestException, docker.errors.APIError) as exc:
+                raise EngineError(f"docker: exporting {self.ref!r} broke off: {exc}") from exc
+
+        try:
+            chunks = container.export(chunk_size=_EXPORT_CHUNK)
+            yield io.BufferedReader(ChunkStream(guarded(chunks)), buffer_size=_EXPORT_CHUNK)
+        finally:
+            # Closing the generator drops the HTTP stream if we stopped early (error, Ctrl-C).
+            if chunks is not None and hasattr(chunks, "close"):
+                chunks.close()
+            try:
+                container.remove(force=True)
+            except docker.errors.APIError:
+                pass  # the export result stands; a stray stopped container is harmless
+
+
+
+class PodmanSource:
+    """An image in podman's storage, read through the podman CLI (no daemon needed)."""
+
+    def __init__(self, ref: str, podman: str | None = None,
+                 runner: CommandRunner | None = None):
+        self.ref = ref
+        self.description = ref
+        self._podman = podman or shutil.which("podman") or ""
+        self._runner = runner or DEFAULT_RUNNER
+
+    def _run(self, *args: str) -> str:
+        if not self._podman:
+            raise EngineError("podman: command not found on PATH")
+        result = self._runner.capture([self._podman, *args], step=f"podman {args[0]}",
+                                      check=False)
+        if result.returncode != 0:
+            detail = result.stderr.strip().splitlines()[-1:] or ["no output"]
+            raise EngineError(f"podman {args[0]} {self.ref}: {detail[0]}")
+        return result.stdout
+
+    def config(self) -> ImageConfig:
+        data = json.loads(self._run("image", "inspect", self.ref))
+        return ImageConfig.from_inspect(data[0])
+
+    @contextmanager
+    def rootfs_tar(self) -> Iterator[BinaryIO]:
+        container = self._run("create", self.ref, *_PLACEHOLDER_CMD).strip().splitlines()[-1]
+        try:
+            # The runner stops the export (its whole process group) if the reader stops
+            # early: a failed squash tool, Ctrl-C.
+            with self._runner.spawn([self._podman, "export", container],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+                assert proc.stdout is not None
+                yield proc.stdout
+                proc.stdout.close()
+                returncode = proc.wait()
+                said = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            if returncode != 0:
+                raise EngineError(f"podman export {self.ref}: {said.strip() or 'failed'}")
+        finally:
+            self._runner.capture([self._podman, "rm", "-f", container], step="podman rm",
+                                 check=False)
+
+
+def open_source(ref: str, backend: str = "auto",
+                runner: CommandRunner | None = None) -> ImageSource:
+    """An ``ImageSource`` for an image reference in the chosen engine.
+
+    ``auto`` prefers a reachable Docker engine and falls back to podman (HPC login nodes
+    often have podman and no Docker daemon).
+    """
+    if backend == "docker":
+        return DockerSource(ref)
+    if backend == "podman":
+        return PodmanSource(ref, runner=runner)
+    if backend != "auto":
+        raise EngineError(f"--backend: expected docker, podman or auto, got {backend!r}")
+    try:
+        source = DockerSource(ref)
+        source._docker()
+        return source
+    except EngineError:
+        if shutil.which("podman"):
+            return PodmanSource(ref, runner=runner)
+        raise
+
+
+def source_for_engine(engine: Any, ref: str) -> ImageSource:
+    """The ``ImageSource`` for an image in an ``imagebuild.engine`` engine object (its
+    docker SDK client, or its podman binary and runner)."""
+    backend = getattr(engine, "backend", "")
+    if backend == "docker":
+        return DockerSource(ref, client=engine.client)
+    if backend == "podman":
+        return PodmanSource(ref, podman=engine.binary, runner=engine.runner)
+    raise EngineError(f"squash: no image export for engine backend {backend!r}")

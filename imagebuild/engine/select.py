@@ -1,0 +1,88 @@
+"""The one place that picks a container engine: by capability, not by name.
+
+``auto`` prefers Docker (a reachable daemon and a BuildKit-capable client), then podman.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from imagebuild.engine.base import Engine, last_line
+from imagebuild.engine.docker import DockerEngine, find_docker_client
+from imagebuild.engine.podman import PodmanEngine
+from imagebuild.engine.runner import CommandRunner
+from imagebuild.errors import EngineError
+
+Backend = Literal["auto", "docker", "podman"]
+BACKENDS: tuple[str, ...] = ("auto", "docker", "podman")
+
+#: Environment variable choosing the backend when no --backend is given.
+BACKEND_ENV = "IMAGEBUILD_BACKEND"
+
+
+def _docker_engine(runner: CommandRunner, environ: Mapping[str, str], builder: str | None,
+                   client: Any = None) -> tuple[DockerEngine | None, str]:
+    probe, notes = find_docker_client(runner, environ, need_buildx=bool(builder))
+    if probe is None:
+        return None, "; ".join(notes)
+    engine = DockerEngine(probe.path, buildx=probe.buildx, builder=builder,
+                          version=probe.version, runner=runner, client=client)
+    try:
+        engine.client.ping()
+    except EngineError as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - any SDK/transport failure means "unreachable"
+        return None, f"docker daemon not reachable: {exc}"
+    if builder:
+        inspected = runner.run([probe.path, "buildx", "inspect", builder])
+        if inspected.returncode != 0:
+            raise EngineError(f"--builder {builder}: docker buildx inspect failed: "
+                              f"{last_line(inspected.output)}")
+    return engine, ""
+
+
+def _podman_engine(runner: CommandRunner, environ: Mapping[str, str]
+                   ) -> tuple[PodmanEngine | None, str]:
+    binary = shutil.which("podman", path=environ.get("PATH"))
+    if not binary:
+        return None, "podman not installed"
+    try:
+        result = runner.run([binary, "version", "--format", "{{.Client.Version}}"])
+    except EngineError as exc:
+        return None, str(exc)
+    if result.returncode != 0:
+        return None, f"podman not usable: {last_line(result.output)}"
+    return PodmanEngine(binary, version=result.output.strip(), runner=runner), ""
+
+
+def detect_engine(backend: str | None = None, *, builder: str | None = None,
+                  runner: CommandRunner | None = None,
+                  environ: Mapping[str, str] | None = None, docker_client: Any = None) -> Engine:
+    """The engine to build with. ``backend``: auto (default, $IMAGEBUILD_BACKEND), docker, podman.
+
+    auto prefers Docker (a reachable daemon and a BuildKit-capable client), then podman.
+    ``builder`` names a buildx builder (remote BuildKit / build farm) and needs buildx.
+    """
+    environ = os.environ if environ is None else environ
+    runner = runner or CommandRunner()
+    backend = backend or environ.get(BACKEND_ENV) or "auto"
+    if backend not in BACKENDS:
+        raise EngineError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
+    if builder and backend == "podman":
+        raise EngineError(f"--builder {builder}: only valid with the docker backend (buildx)")
+    reasons: list[str] = []
+    if backend in ("auto", "docker"):
+        engine, reason = _docker_engine(runner, environ, builder, docker_client)
+        if engine:
+            return engine
+        reasons.append(f"docker: {reason}")
+        if backend == "docker" or builder:
+            raise EngineError(f"no usable docker backend: {reason}")
+    engine_p, reason = _podman_engine(runner, environ)
+    if engine_p:
+        return engine_p
+    reasons.append(f"podman: {reason}")
+    raise EngineError("no container engine available (" + "; ".join(reasons) + ")")

@@ -1,0 +1,316 @@
+"""Recipe -> Lock: pin every byte a build uses.
+
+- ROCm wheels: the exact file for each pinned version is found in the wheel index listing,
+  downloaded once into the shared cache and hashed (repo.radeon.com publishes no hashes).
+- Everything they depend on: ``uv pip compile`` resolves against PyPI, with the cached ROCm
+  wheels handed to it as a local ``--find-links`` directory, and writes a PEP 751 lock; its
+  file:// URLs are then rewritten to the index URLs.
+- Non-Python pins: the base image digest (registry API), the commit of each source build
+  (``git ls-remote``) and the sha256 of the libfabric archive.
+
+The lock is written to a temporary file and renamed, so Ctrl-C or a dead server at any point
+leaves the previous lock as it was. A wheel whose bytes changed under a pinned hash is an
+error, never silently re-pinned.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.tags import Tag
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
+from imagebuild.errors import CommandFailed, LockError, SourceError, StaleFile
+from imagebuild.files import write_text_atomic
+from imagebuild.lock.index import WheelIndex, supported_tags
+from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
+from imagebuild.lock.model import Lock, LockedArchive, LockedGit
+from imagebuild.recipe.model import Recipe
+
+#: Ubuntu 24.04 (the ROCm base images) has glibc 2.39; manylinux_2_28 wheels run there, and
+#: repo.radeon.com tags its wheels plain linux_x86_64.
+TARGET_PLATFORM = "x86_64-manylinux_2_28"
+WHEEL_PLATFORM = "manylinux_2_28_x86_64"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    """Per-run overrides for mirrors and air-gapped sites; none of them changes a recipe."""
+
+    #: Wheel index for the pinned ROCm wheels (URL or local directory of wheels).
+    index_url: str | None = None
+    #: PyPI (or a mirror) for the transitive dependencies; None: uv's default.
+    pypi_url: str | None = None
+    #: Prefix rewrites for source repositories, e.g. {"https://github.com/": "https://m/"}.
+    git_mirrors: Mapping[str, str] = field(default_factory=dict)
+    cache_dir: Path | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> LockOptions:
+        mirrors = dict(parse_mirrors(os.environ.get("IMAGEBUILD_GIT_MIRRORS", "")))
+        mirrors.update(overrides.pop("git_mirrors", None) or {})
+        values = {
+            "index_url": os.environ.get("IMAGEBUILD_WHEEL_INDEX") or None,
+            "pypi_url": os.environ.get("IMAGEBUILD_PYPI_INDEX") or None,
+            "cache_dir": Path(os.environ["IMAGEBUILD_CACHE"])
+            if os.environ.get("IMAGEBUILD_CACHE") else None,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(git_mirrors=mirrors, **values)
+
+
+def parse_mirrors(text: str) -> list[tuple[str, str]]:
+    """``FROM=TO`` pairs separated by ';' or newlines."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in re.split(r"[;\n]", text))):
+        source, sep, target = item.partition("=")
+        if not sep or not source or not target:
+            raise LockError(f"git mirror {item!r}: expected FROM=TO, e.g. "
+                            "https://github.com/=https://git.mirror.example/")
+        pairs.append((source, target))
+    return pairs
+
+
+def mirrored(url: str, mirrors: Mapping[str, str]) -> str:
+    for source, target in sorted(mirrors.items(), key=lambda kv: -len(kv[0])):
+        if url.startswith(source):
+            return target + url[len(source):]
+    return url
+
+
+# --- the lock --------------------------------------------------------------------------------
+
+def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
+                progress: Progress = lambda _: None) -> Lock:
+    """Resolve, pin and write the recipe's lock atomically; returns what it pins."""
+    from imagebuild.lock.cache import DownloadCache
+
+    options = options or LockOptions.from_env()
+    path = lock_path(recipe)
+    previous = _previous_hashes(path)
+    cache = DownloadCache(options.cache_dir)
+    index_url = options.index_url or recipe.wheels.index_url
+    index = WheelIndex(index_url)
+
+    with tempfile.TemporaryDirectory(prefix="imagebuild-lock-") as tmp:
+        links = Path(tmp) / "find-links"
+        links.mkdir()
+        pinned: dict[str, dict[str, Any]] = {}
+        for name, version in recipe.wheels.pinned:
+            found = index.find(name, version, python=recipe.python)
+            progress(f"wheel {found.filename}")
+            known = previous.get(found.filename)
+            cached = cache.fetch(found.url, expected_sha256=known)
+            cached.link_into(links, found.filename)
+            pinned[canonicalize_name(name)] = {
+                "url": found.url, "size": cached.size, "sha256": cached.sha256}
+        progress("resolving dependencies with uv")
+        compiled = _uv_compile(recipe, links, Path(tmp), options)
+    packages = _pin_wheels(compiled, pinned, recipe.python)
+    for package in packages:
+        wheel = package["wheels"][0]
+        if wheel.get("size") is None:  # plain PEP 503 mirrors publish no sizes
+            wheel["size"] = cache.fetch(wheel["url"],
+                                        expected_sha256=wheel["hashes"]["sha256"]).size
+
+    hipblaslt = network_plugin = None
+    libfabric = None
+    if recipe.hipblaslt.enabled:
+        progress(f"git ls-remote {recipe.hipblaslt.source.repository}")
+        hipblaslt = resolve_git(recipe.hipblaslt.source.repository, recipe.hipblaslt.source.ref,
+                                options.git_mirrors)
+    if recipe.network_plugin.enabled:
+        plugin = recipe.network_plugin
+        progress(f"git ls-remote {plugin.source.repository}")
+        network_plugin = resolve_git(plugin.source.repository, plugin.source.ref,
+                                     options.git_mirrors)
+        url = mirrored(plugin.libfabric.url, options.git_mirrors)
+        progress(f"libfabric {url}")
+        known = previous.get(url.rsplit("/", 1)[-1])
+        archive = cache.fetch(url, expected_sha256=known)
+        libfabric = LockedArchive(url=url, sha256=archive.sha256, size=archive.size)
+    progress(f"base image digest of {recipe.base_image}")
+    base_digest = resolve_base_digest(recipe.base_image)
+
+    write_text_atomic(path, lock_text(recipe, packages, base_digest=base_digest,
+                                  wheel_index=index_url, hipblaslt=hipblaslt,
+                                  network_plugin=network_plugin, libfabric=libfabric))
+    return read_lock(path)
+
+
+def _previous_hashes(path: Path) -> dict[str, str]:
+    """filename -> sha256 pinned by the current lock (to refuse silent re-pinning)."""
+    if not path.exists():
+        return {}
+    try:
+        lock = read_lock(path)
+    except LockError:
+        return {}
+    hashes = {w.filename: w.sha256 for w in lock.wheels}
+    if lock.libfabric:
+        hashes[lock.libfabric.url.rsplit("/", 1)[-1]] = lock.libfabric.sha256
+    return hashes
+
+
+def _uv_compile(recipe: Recipe, links: Path, tmp: Path, options: LockOptions,
+                runner: CommandRunner = DEFAULT_RUNNER) -> dict[str, Any]:
+    requirements = tmp / "requirements.in"
+    requirements.write_text("\n".join(recipe.wheels.as_requirements()) + "\n")
+    output = tmp / "pylock.toml"
+    command = [
+        uv_binary(), "pip", "compile", str(requirements),
+        "--find-links", str(links),
+        "--python-version", recipe.python,
+        "--python-platform", TARGET_PLATFORM,
+        "--only-binary", ":all:",  # an image build never compiles a Python package
+        "--generate-hashes", "--format", "pylock.toml", "--no-header",
+        "--output-file", str(output), "--quiet",
+    ]
+    if options.pypi_url:
+        command += ["--index-url", options.pypi_url]
+    # Resolution needs no interpreter of the target version (wheels only, metadata from the
+    # index), so uv must not try to download one: that stalls for seconds offline.
+    env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+    try:
+        result = runner.capture(command, step="uv pip compile", env=env, timeout=1800,
+                                check=False)
+    except CommandFailed:  # with check=False, only the timeout raises
+        raise LockError(f"{recipe.name}: dependency resolution (uv pip compile) timed out "
+                        "after 30 minutes") from None
+    if result.returncode != 0:
+        detail = "\n".join(line for line in result.stderr.strip().splitlines()[-15:])
+        raise LockError(f"{recipe.name}: could not resolve the Python environment "
+                        f"(uv pip compile, recipe key wheels):\n{detail}")
+    return tomllib.loads(output.read_text())
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return "uv"
+
+
+def _pin_wheels(compiled: dict[str, Any], pinned: dict[str, dict[str, Any]],
+                python: str) -> list[dict[str, Any]]:
+    """One wheel per package: the index file for pinned wheels, the best-matching PyPI wheel
+    for the rest. sdists are dropped: the image installs wheels only."""
+    ranking = {tag: rank for rank, tag in enumerate(supported_tags(python, WHEEL_PLATFORM))}
+    packages = []
+    for package in compiled.get("packages", []):
+        name = canonicalize_name(package["name"])
+        entry: dict[str, Any] = {"name": name, "version": package["version"]}
+        if "marker" in package:
+            entry["marker"] = package["marker"]
+        if name in pinned:
+            wheel = {"url": pinned[name]["url"], "size": pinned[name]["size"],
+                     "hashes": {"sha256": pinned[name]["sha256"]}}
+        else:
+            wheel = _best_wheel(name, package.get("wheels", []), ranking)
+        entry["wheels"] = [wheel]
+        packages.append(entry)
+    return sorted(packages, key=lambda p: p["name"])
+
+
+def _best_wheel(name: str, wheels: list[dict[str, Any]], ranking: dict[Tag, int]
+                ) -> dict[str, Any]:
+    best: tuple[int, dict[str, Any]] | None = None
+    for wheel in wheels:
+        filename = wheel["url"].rsplit("/", 1)[-1]
+        try:
+            tags = parse_wheel_filename(filename)[3]
+        except ValueError:
+            continue
+        rank = min((ranking[t] for t in tags if t in ranking), default=None)
+        if rank is not None and (best is None or rank < best[0]):
+            best = (rank, wheel)
+    if best is None:
+        raise LockError(f"{name}: no wheel fits the image's Python and platform "
+                        f"({TARGET_PLATFORM}); images install wheels only, never sdists")
+    wheel = best[1]
+    if "sha256" not in wheel.get("hashes", {}):
+        raise LockError(f"{name}: the index published no sha256 for {wheel['url']}")
+    return {"url": wheel["url"], "size": wheel.get("size"),
+            "hashes": {"sha256": wheel["hashes"]["sha256"]}}
+
+
+def resolve_git(repository: str, ref: str, mirrors: Mapping[str, str],
+                runner: CommandRunner = DEFAULT_RUNNER) -> LockedGit:
+    url = mirrored(repository, mirrors)
+    if re.fullmatch(r"[0-9a-f]{40}", ref):
+        return LockedGit(repository=url, ref=ref, commit=ref)
+    try:
+        result = runner.capture(["git", "ls-remote", "--", url, ref, f"{ref}^{{}}"],
+                                step="git ls-remote", timeout=120, check=False,
+                                env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    except CommandFailed:  # with check=False, only the timeout raises
+        raise SourceError(f"git ls-remote {url} {ref}: timed out after 120 s") from None
+    if result.returncode != 0:
+        detail = result.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SourceError(f"git ls-remote {url}: failed: {detail[0]}")
+    refs: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        commit, _, name = line.partition("\t")
+        refs[name] = commit
+    # An annotated tag's peeled entry (^{}) names the commit; prefer it over the tag object.
+    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
+        if name in refs:
+            return LockedGit(repository=url, ref=ref, commit=refs[name])
+    raise SourceError(f"{url}: no branch or tag named {ref!r}")
+
+
+def resolve_base_digest(reference: str) -> str:
+    if "@sha256:" in reference:
+        return reference.split("@", 1)[1]
+    from imagebuild.lock.registry import resolve_image_digest
+
+    return resolve_image_digest(reference)
+
+
+# --- checking -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockStatus:
+    recipe: str
+    state: str  # "locked", "stale", "unlocked", "broken"
+    detail: str = ""
+
+
+def lock_status(recipe: Recipe) -> LockStatus:
+    path = lock_path(recipe)
+    if not path.exists():
+        return LockStatus(recipe.name, "unlocked", f"{path.name} does not exist")
+    try:
+        lock = read_lock(path)
+    except LockError as exc:
+        return LockStatus(recipe.name, "broken", str(exc))
+    if lock.input_hash != recipe.lock_input_hash():
+        return LockStatus(recipe.name, "stale",
+                          f"{path.name} was locked from other inputs than "
+                          f"recipes/{recipe.path.name} now has")
+    return LockStatus(recipe.name, "locked", path.name)
+
+
+def check_locks(recipes: list[Recipe], strict: bool = False) -> list[LockStatus]:
+    """Offline check; raises StaleFile naming every stale/broken lock (and unlocked, if
+    strict). Returns the statuses for the caller to report."""
+    statuses = [lock_status(r) for r in recipes]
+    fatal = {"stale", "broken"} | ({"unlocked"} if strict else set())
+    bad = [s for s in statuses if s.state in fatal]
+    if bad:
+        raise StaleFile("\n".join(
+            f"recipes/pylock.{s.recipe}.toml: {s.state}: {s.detail}; "
+            f"run `imagebuild lock {s.recipe}`" for s in bad))
+    return statuses

@@ -1,0 +1,66 @@
+"""Strict grammars for every recipe value that reaches a Dockerfile or a shell.
+
+Names, versions, git refs, gfx targets and keys have strict grammars,
+and free text is refused when it could add a Dockerfile instruction or a shell command
+(newlines, control characters, command substitution, unbalanced quotes). Each pattern is
+written once here and used both by the validator and by the JSON Schema for editors, so the
+two cannot drift. Patterns use the subset shared by Python ``re`` and ECMA-262.
+"""
+
+from __future__ import annotations
+
+import re
+
+ROCM_VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
+PYTHON_VERSION = r"^3\.[0-9]{1,2}$"
+# Debian/Ubuntu package name with an optional =version pin.
+OS_PACKAGE = r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~-]+)?$"
+# PEP 503 normalized project name (the lock and the index use normalized names).
+PROJECT_NAME = r"^[a-z0-9]+([._-][a-z0-9]+)*$"
+# AMD GPU targets with optional feature flags: gfx90a, gfx942, gfx950, gfx90a:xnack+.
+GFX_TARGET = r"^gfx[0-9]{2,4}[a-f]?(:(xnack|sramecc)[+-])*$"
+# Variables the image sets itself (the venv, the plugin's library path, the manifest) are
+# not a recipe's to override.
+RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "IMAGEBUILD_MANIFEST")
+ENV_KEY = r"^(?!(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|IMAGEBUILD_MANIFEST)$)[A-Za-z_][A-Za-z0-9_]*$"
+# OCI annotation keys: reverse-DNS style.
+# Labels under imagebuild.* and the base-image labels are written by the renderer.
+LABEL_KEY = (r"^(?!imagebuild\.)(?!org\.opencontainers\.image\.base\.)"
+             r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+# A git branch or tag (git check-ref-format, conservatively) or a full commit.
+GIT_REF = r"^(?!.*\.\.)(?!.*/\.)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]*[A-Za-z0-9]$"
+REPOSITORY_URL = r"^(https?|ssh|git|file)://[A-Za-z0-9._~:/?#@!&+,;=%-]+$"
+ARCHIVE_URL = r"^(https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+$"
+INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%-]+|/[A-Za-z0-9._/+-]*)$"
+# Relative, inside the repository: no ".." component can climb out of the checkout.
+SUBDIR = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
+EXTENDS = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$"
+VERSION_TEXT = r"^[0-9][A-Za-z0-9.+_-]*$"
+# docker/distribution reference grammar: [registry[:port]/]path[:tag][@digest].
+IMAGE_REFERENCE = (
+    r"^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+# Free text (env values, labels, description): one line, no control characters, no
+# command substitution, balanced quotes. `$VAR` stays allowed: the renderer escapes it.
+SAFE_TEXT = r"^(?!.*\$\()[^\x00-\x1f\x7f`]*$"
+BALANCED_DOUBLE_QUOTES = r'^[^"]*("[^"]*"[^"]*)*$'
+BALANCED_SINGLE_QUOTES = r"^[^']*('[^']*'[^']*)*$"
+SAFE_TEXT_PATTERNS = (SAFE_TEXT, BALANCED_DOUBLE_QUOTES, BALANCED_SINGLE_QUOTES)
+
+
+def matches(pattern: str, value: str) -> bool:
+    return re.search(pattern, value) is not None
+
+
+def text_problem(value: str) -> str | None:
+    """Why a free-text value is unsafe, or None when it is fine."""
+    if any(ch in value for ch in "\n\r"):
+        return "must be a single line (a newline could start a new Dockerfile instruction)"
+    if re.search(r"[\x00-\x1f\x7f]", value):
+        return "must not contain control characters"
+    if "$(" in value or "`" in value:
+        return "must not contain command substitution ($(...) or backticks)"
+    if not matches(BALANCED_DOUBLE_QUOTES, value) or not matches(BALANCED_SINGLE_QUOTES, value):
+        return "has unbalanced quotes"
+    return None

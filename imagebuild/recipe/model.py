@@ -1,0 +1,145 @@
+"""The recipe as frozen dataclasses, the input of every later stage.
+
+A recipe is data: these classes hold already-validated values, so later
+stages never re-check grammar. ``imagebuild.recipe.load`` is the only place that builds a Recipe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from imagebuild.files import canonical_digest
+
+PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]
+
+#: Where repo.radeon.com keeps the wheels of one ROCm release (flat
+#: HTML listings, one directory per patch release).
+RADEON_INDEX = "https://repo.radeon.com/rocm/manylinux/rocm-rel-{rocm}/"
+
+
+@dataclass(frozen=True)
+class Wheels:
+    """The Python environment: exact ROCm wheels from the index, extra PyPI requirements."""
+
+    index_url: str
+    #: normalized project name -> exact version, local part included (one build of many).
+    pinned: tuple[tuple[str, str], ...]
+    #: PEP 508 requirement strings resolved from PyPI (transitive deps are always locked).
+    extra: tuple[str, ...] = ()
+
+    def as_requirements(self) -> list[str]:
+        return [f"{name}=={version}" for name, version in self.pinned] + list(self.extra)
+
+    def version_of(self, name: str) -> str | None:
+        return dict(self.pinned).get(name)
+
+
+@dataclass(frozen=True)
+class GitSource:
+    repository: str
+    ref: str
+
+
+@dataclass(frozen=True)
+class HipBlasLt:
+    enabled: bool
+    source: GitSource
+    #: Subdirectory of the repository holding hipBLASLt (rocm-libraries monorepo layout).
+    subdir: str
+    clients: bool
+    #: Keep hipblaslt-bench, utilities/find_exact.py and the logic YAMLs for offline tuning.
+    tuning_kit: bool
+
+
+@dataclass(frozen=True)
+class Libfabric:
+    version: str
+    url: str
+
+
+@dataclass(frozen=True)
+class NetworkPlugin:
+    enabled: bool
+    kind: PluginKind
+    source: GitSource
+    libfabric: Libfabric
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One image, fully merged (``extends`` resolved) and validated."""
+
+    name: str
+    path: Path
+    format_version: int
+    description: str
+    #: ROCm release, e.g. "7.0.2"; None for a CPU-only image (the end-to-end test recipe).
+    rocm: str | None
+    base_image: str
+    os_packages: tuple[str, ...]
+    python: str
+    wheels: Wheels
+    gpu_targets: tuple[str, ...]
+    hipblaslt: HipBlasLt
+    network_plugin: NetworkPlugin
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    #: BuildKit frontend for the ``# syntax=`` line; None means the engine's built-in one
+    #: (air-gapped sites and this project's CI cannot pull docker/dockerfile images).
+    dockerfile_syntax: str | None
+    #: Files this recipe was merged from, child first (for provenance headers and ci/).
+    sources: tuple[Path, ...] = field(default=())
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.rocm is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The merged recipe as plain data, in a stable order (``show``, hashing)."""
+        data = asdict(self)
+        data.pop("path")
+        data.pop("sources")
+        data["wheels"]["pinned"] = dict(self.wheels.pinned)
+        data["env"] = dict(self.env)
+        data["labels"] = dict(self.labels)
+        return _jsonable(data)
+
+    def input_hash(self) -> str:
+        """Hash of everything the recipe says: any change makes its generated files stale."""
+        return canonical_digest(self.to_dict())
+
+    def lock_inputs(self) -> dict[str, Any]:
+        """The part of the recipe a lock depends on; env or label edits leave locks valid."""
+        data = self.to_dict()
+        return {
+            "base_image": data["base_image"],
+            "python": data["python"],
+            "rocm": data["rocm"],
+            "wheels": data["wheels"],
+            "hipblaslt": data["hipblaslt"]["source"] if self.hipblaslt.enabled else None,
+            "network_plugin": (
+                {"source": data["network_plugin"]["source"],
+                 "libfabric": data["network_plugin"]["libfabric"]}
+                if self.network_plugin.enabled else None
+            ),
+        }
+
+    def lock_input_hash(self) -> str:
+        return canonical_digest(self.lock_inputs())
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def short_hash(digest: str, length: int = 12) -> str:
+    """``sha256:abcdef...`` -> ``abcdef012345`` (image tags, file headers)."""
+    return digest.split(":", 1)[-1][:length]

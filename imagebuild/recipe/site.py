@@ -1,0 +1,218 @@
+"""Site profiles: what a cluster needs from an image and its runtime, as data.
+
+One YAML file per site in imagebuild/data/sites/ (or a project's sites/ directory), so
+adding a site is adding a file: the GPU and its targets, the artifact formats the site's
+runtime consumes, and the Container Engine EDF settings (mounts, RCCL/libfabric
+environment, hook annotations).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from imagebuild.errors import Problem, SiteProfileError, SquashError
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
+_ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
+
+_TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf"}
+_EDF_KEYS = {"image_dir", "workdir", "writable", "mounts", "env", "annotations",
+             "aws_ofi_nccl_hook"}
+
+
+@dataclass(frozen=True)
+class HookVariants:
+    """A site hook that exists in variants built for one ROCm major each."""
+
+    annotation_prefix: str
+    variants: tuple[tuple[str, int], ...]  # (variant name, ROCm major)
+
+    def variant_for(self, rocm_major: int) -> str | None:
+        return next((name for name, major in self.variants if major == rocm_major), None)
+
+
+@dataclass(frozen=True)
+class SiteProfile:
+    name: str
+    description: str
+    gpu: str
+    gpu_targets: tuple[str, ...]
+    formats: tuple[str, ...]
+    image_dir: str | None
+    workdir: str | None
+    writable: bool
+    mounts: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    annotations: tuple[tuple[str, str], ...]
+    aws_ofi_nccl_hook: HookVariants | None
+    source: str  # where the profile was read from
+    sha256: str  # of the profile file's bytes
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+def _shipped_sites() -> Any:
+    # package data (pyproject: data/**/*), not a package: no __init__.py needed there
+    return resources.files("imagebuild") / "data" / "sites"
+
+
+def _project_sites(project: Path | None) -> Path | None:
+    return project / "sites" if project is not None else None
+
+
+def site_names(project: Path | None = None) -> list[str]:
+    names = {p.name[:-5] for p in _shipped_sites().iterdir()
+             if p.name.endswith(".yaml")}
+    local = _project_sites(project)
+    if local is not None and local.is_dir():
+        names |= {p.stem for p in local.glob("*.yaml")}
+    return sorted(names)
+
+
+def load_site(name: str, project: Path | None = None) -> SiteProfile:
+    """A site profile by name: ``<project>/sites/<name>.yaml`` first, then the shipped ones."""
+    if not _NAME.match(name):
+        raise SquashError(f"--site: {name!r} is not a site name (lowercase, digits, '-', '.')")
+    local = _project_sites(project)
+    if local is not None and (local / f"{name}.yaml").is_file():
+        path = local / f"{name}.yaml"
+        # relative: the name lands in committed EDF headers
+        return parse_site(path.read_bytes(), f"sites/{name}.yaml")
+    shipped = _shipped_sites() / f"{name}.yaml"
+    if not shipped.is_file():
+        known = ", ".join(site_names(project)) or "none"
+        raise SquashError(f"--site: no site profile {name!r} (known: {known})")
+    return parse_site(shipped.read_bytes(), f"imagebuild/data/sites/{name}.yaml")
+
+
+def _lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
+    """Key path -> 1-based line, from the YAML node tree (for error messages)."""
+    out: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            path = f"{prefix}{key.value}"
+            out[path] = key.start_mark.line + 1
+            out.update(_lines(value, path + "."))
+    return out
+
+
+def parse_site(data: bytes, source: str) -> SiteProfile:
+    """Validate a site profile; every problem is reported at once, with its line."""
+    problems: list[Problem] = []
+    try:
+        node = yaml.compose(data.decode())
+        raw = yaml.safe_load(data.decode())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SiteProfileError([Problem(source, None, "", f"not valid YAML: {exc}")]) from exc
+    lines = _lines(node) if node is not None else {}
+
+    def problem(key: str, message: str) -> None:
+        problems.append(Problem(source, lines.get(key), key, message))
+
+    if not isinstance(raw, dict):
+        raise SiteProfileError([Problem(source, None, "", "expected a mapping of keys")])
+    for key in sorted(set(raw) - _TOP_KEYS):
+        problem(key, f"unknown key (expected one of {', '.join(sorted(_TOP_KEYS))})")
+    edf = raw.get("edf") or {}
+    if not isinstance(edf, dict):
+        problem("edf", "expected a mapping")
+        edf = {}
+    for key in sorted(set(edf) - _EDF_KEYS):
+        problem(f"edf.{key}", f"unknown key (expected one of {', '.join(sorted(_EDF_KEYS))})")
+
+    def text(key: str, value: Any, required: bool = True) -> str:
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str) or (required and not value):
+            problem(key, f"expected a non-empty string, got {value!r}")
+            return ""
+        return value
+
+    def strings(key: str, value: Any) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problem(key, "expected a list of strings")
+            return ()
+        return tuple(value)
+
+    def mapping(key: str, value: Any, key_pattern: re.Pattern[str]) -> tuple[tuple[str, str], ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, dict):
+            problem(key, "expected a mapping of names to strings")
+            return ()
+        out = []
+        for k, v in value.items():
+            if not isinstance(k, str) or not key_pattern.match(k):
+                problem(f"{key}.{k}", "not a valid name")
+            elif not isinstance(v, str):
+                problem(f"{key}.{k}", f"expected a string (quote it in YAML), got {v!r}")
+            else:
+                out.append((k, v))
+        return tuple(sorted(out))
+
+    name = text("name", raw.get("name"))
+    if name and not _NAME.match(name):
+        problem("name", "expected lowercase letters, digits, '-' or '.'")
+    formats = strings("formats", raw.get("formats")) or ("sqsh",)
+    for fmt in formats:
+        if fmt not in ("sqsh", "sif"):
+            problem("formats", f"unknown format {fmt!r} (expected sqsh or sif)")
+    mounts = strings("edf.mounts", edf.get("mounts"))
+    for mount in mounts:
+        if not _MOUNT.match(mount):
+            problem("edf.mounts", f"{mount!r}: expected SRC:DST[:FLAGS], flags joined with +")
+    writable = edf.get("writable", True)
+    if not isinstance(writable, bool):
+        problem("edf.writable", f"expected true or false, got {writable!r}")
+        writable = True
+    annotations = mapping("edf.annotations", edf.get("annotations"),
+                          re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"))
+    hook = None
+    hook_raw = edf.get("aws_ofi_nccl_hook")
+    if hook_raw is not None:
+        if not isinstance(hook_raw, dict) or set(hook_raw) != {"annotation_prefix", "variants"}:
+            problem("edf.aws_ofi_nccl_hook", "expected keys annotation_prefix and variants")
+        else:
+            prefix = text("edf.aws_ofi_nccl_hook.annotation_prefix", hook_raw["annotation_prefix"])
+            variants = hook_raw["variants"] or {}
+            if not isinstance(variants, dict) or not all(
+                    isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                    for k, v in variants.items()):
+                problem("edf.aws_ofi_nccl_hook.variants",
+                        "expected a mapping of variant name to ROCm major (e.g. rocm6: 6)")
+                variants = {}
+            hook = HookVariants(prefix, tuple(sorted(variants.items())))
+    profile = SiteProfile(
+        name=name,
+        description=text("description", raw.get("description"), required=False),
+        gpu=text("gpu", raw.get("gpu"), required=False),
+        gpu_targets=strings("gpu_targets", raw.get("gpu_targets")),
+        formats=formats,
+        image_dir=text("edf.image_dir", edf.get("image_dir"), required=False) or None,
+        workdir=text("edf.workdir", edf.get("workdir"), required=False) or None,
+        writable=writable,
+        mounts=mounts,
+        env=mapping("edf.env", edf.get("env"), _ENV_NAME),
+        annotations=annotations,
+        aws_ofi_nccl_hook=hook,
+        source=source,
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
+    if problems:
+        raise SiteProfileError(problems)
+    return profile
+
+
+# --- rendering --------------------------------------------------------------------------------

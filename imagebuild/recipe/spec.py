@@ -1,0 +1,225 @@
+"""The recipe format as data: one tree of field specs.
+
+The validator (``imagebuild.recipe.load``) walks this tree, and ``json_schema()`` turns the same
+tree into the JSON Schema shipped for editors (schema/recipe.schema.json), so both agree by
+construction; tests/recipe/test_schema.py checks that they also agree in practice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from imagebuild.recipe import grammar
+
+#: Newest recipe format this imagebuild reads (top-level ``version:``).
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Str:
+    expected: str
+    pattern: str | None = None
+    enum: tuple[str, ...] | None = None
+    #: Semantic check beyond the pattern (e.g. PEP 440); returns a problem or None.
+    check: Callable[[str], str | None] | None = None
+    free_text: bool = False
+    nullable: bool = False
+
+
+@dataclass(frozen=True)
+class Bool:
+    expected: str = "true or false"
+
+
+@dataclass(frozen=True)
+class Int:
+    expected: str
+    enum: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Seq:
+    item: Spec
+    expected: str = "a list"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A mapping whose keys are data (env names, label keys, package names)."""
+
+    key: Str
+    value: Spec
+    expected: str = "a mapping"
+
+
+@dataclass(frozen=True)
+class Obj:
+    fields: dict[str, Spec]
+    required: tuple[str, ...] = ()
+    expected: str = "a mapping"
+    description: str = ""
+    doc: dict[str, str] = field(default_factory=dict)
+
+
+Spec = Str | Bool | Int | Seq | Table | Obj
+
+
+def _exact_version(value: str) -> str | None:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(value)
+    except InvalidVersion:
+        return "is not a valid PEP 440 version"
+    return None
+
+
+def _requirement(value: str) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        return f"is not a valid requirement ({str(exc).splitlines()[0]})"
+    if req.url:
+        return "must name a PyPI project, not a direct URL (the lock pins URLs itself)"
+    return grammar.text_problem(value)
+
+
+GIT_REF = Str("a git branch, tag or 40-hex commit", grammar.GIT_REF)
+REPOSITORY = Str("a git repository URL (https://, ssh://, git:// or file://)",
+                 grammar.REPOSITORY_URL)
+TEXT = Str("a single line of text", free_text=True)
+
+RECIPE = Obj(
+    # Required in the merged recipe (a parent may provide them); `version` in every file.
+    required=("version", "rocm", "base_image", "wheels"),
+    description="An imagebuild recipe: one ROCm PyTorch image.",
+    fields={
+        "version": Int("the recipe format version", enum=(FORMAT_VERSION,)),
+        "extends": Str("the name of a recipe file in the same directory (without .yaml)",
+                       grammar.EXTENDS),
+        "description": TEXT,
+        "rocm": Str("a ROCm release like 7.0.2, or null for a CPU-only image",
+                    grammar.ROCM_VERSION, nullable=True),
+        "base_image": Str("an image reference like rocm/dev-ubuntu-24.04:7.0.2-complete",
+                          grammar.IMAGE_REFERENCE),
+        "os_packages": Seq(Str("a Debian/Ubuntu package name, optionally =version",
+                               grammar.OS_PACKAGE)),
+        "python": Str("a Python version like 3.12", grammar.PYTHON_VERSION),
+        "wheels": Obj(
+            required=("packages",),
+            fields={
+                "index_url": Str("an http(s):// or file:// URL, or an absolute directory",
+                                 grammar.INDEX_URL),
+                "packages": Table(
+                    key=Str("a normalized project name like torch or pytorch-triton-rocm",
+                            grammar.PROJECT_NAME),
+                    value=Str("an exact version with its local part, like "
+                              "2.8.0+rocm7.0.2.lw.git245bf6ed", grammar.VERSION_TEXT,
+                              check=_exact_version),
+                ),
+                "pypi": Seq(Str("a PEP 508 requirement like numpy<2", check=_requirement)),
+            },
+        ),
+        "gpu_targets": Seq(Str("an AMD GPU target like gfx942 (never 'all')",
+                               grammar.GFX_TARGET)),
+        "hipblaslt": Obj(fields={
+            "enabled": Bool(),
+            "repository": REPOSITORY,
+            "ref": GIT_REF,
+            "subdir": Str("a relative directory inside the repository", grammar.SUBDIR),
+            "clients": Bool(),
+            "tuning_kit": Bool(),
+        }),
+        "network_plugin": Obj(fields={
+            "enabled": Bool(),
+            "kind": Str("aws-ofi-nccl or aws-ofi-rccl", enum=("aws-ofi-nccl", "aws-ofi-rccl")),
+            "repository": REPOSITORY,
+            "ref": GIT_REF,
+            "libfabric": Obj(fields={
+                "version": Str("a libfabric release like 2.1.0", grammar.VERSION_TEXT),
+                "url": Str("an http(s):// URL of the release tarball; {version} is replaced",
+                           grammar.ARCHIVE_URL),
+            }),
+        }),
+        "env": Table(key=Str("an environment variable name, not one the image sets itself "
+                             f"({', '.join(grammar.RESERVED_ENV)})", grammar.ENV_KEY),
+                     value=TEXT),
+        "labels": Table(key=Str("a label key like org.example.site (imagebuild.* and "
+                                "org.opencontainers.image.base.* are set by imagebuild)",
+                                grammar.LABEL_KEY), value=TEXT),
+        "dockerfile": Obj(fields={
+            "syntax": Str("a BuildKit frontend image like docker/dockerfile:1.7, or null for "
+                          "the engine's built-in frontend", grammar.IMAGE_REFERENCE,
+                          nullable=True),
+        }),
+    },
+)
+
+
+def lookup(path: tuple[str, ...]) -> Spec | None:
+    """The spec at a key path (Table keys are free), or None for an unknown path."""
+    spec: Spec = RECIPE
+    for key in path:
+        if isinstance(spec, Obj):
+            if key not in spec.fields:
+                return None
+            spec = spec.fields[key]
+        elif isinstance(spec, Table):
+            spec = spec.value
+        elif isinstance(spec, Seq):
+            spec = spec.item
+        else:
+            return None
+    return spec
+
+
+def json_schema() -> dict[str, Any]:
+    """The recipe format as JSON Schema (draft 2020-12) for editors and linters."""
+    schema = _to_schema(RECIPE)
+    # One file is validated alone; the other required keys may come from a parent.
+    schema["required"] = ["version"]
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://imagebuild.dev/schema/recipe.schema.json",
+        "title": "imagebuild recipe",
+        **schema,
+    }
+
+
+def _to_schema(spec: Spec) -> dict[str, Any]:
+    if isinstance(spec, Str):
+        out: dict[str, Any] = {"type": ["string", "null"] if spec.nullable else "string",
+                               "description": spec.expected}
+        if spec.enum:
+            out["enum"] = list(spec.enum) + ([None] if spec.nullable else [])
+        patterns = ([spec.pattern] if spec.pattern else []) + (
+            list(grammar.SAFE_TEXT_PATTERNS) if spec.free_text else [])
+        if len(patterns) == 1:
+            out["pattern"] = patterns[0]
+        elif patterns:
+            out["allOf"] = [{"pattern": p} for p in patterns]
+        return out
+    if isinstance(spec, Bool):
+        return {"type": "boolean"}
+    if isinstance(spec, Int):
+        out = {"type": "integer", "description": spec.expected}
+        if spec.enum:
+            out["enum"] = list(spec.enum)
+        return out
+    if isinstance(spec, Seq):
+        return {"type": "array", "items": _to_schema(spec.item), "uniqueItems": True}
+    if isinstance(spec, Table):
+        value = _to_schema(spec.value)
+        # A child recipe removes an inherited entry by setting it to null.
+        value = {"anyOf": [value, {"type": "null"}]}
+        return {"type": "object", "propertyNames": {"pattern": spec.key.pattern},
+                "additionalProperties": value}
+    out = {"type": "object", "additionalProperties": False,
+           "properties": {k: _to_schema(v) for k, v in spec.fields.items()}}
+    if spec.description:
+        out["description"] = spec.description
+    return out

@@ -1,0 +1,193 @@
+"""A plan -> the build context: the Dockerfile and every file it COPYs (the wheels-only lock,
+the manifest, the in-image checks and the ``imagebuild`` shim), staged in a directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from imagebuild import __version__
+from imagebuild.errors import LockError, RenderError
+from imagebuild.lock.check import display
+from imagebuild.lock.model import Lock
+from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile
+from imagebuild.render.layout import (
+    CHECKS_IMPORT_NAME,
+    CHECKS_SOURCE,
+    HIPBLASLT_PREFIX,
+    LIBFABRIC_PREFIX,
+    SHIM_COMMAND,
+    UV_VERSION,
+    UV_WHEELS,
+    VENV,
+)
+from imagebuild.render.plan import BuildPlan, plugin_prefix
+
+#: File in a staged context directory that marks it as ours (safe to clear and restage).
+CONTEXT_MARKER = ".imagebuild-context"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """A staged build context: the Dockerfile and every file it COPYs or mounts."""
+
+    directory: Path
+    dockerfile: Path
+    #: Context-relative paths of the staged files, sorted.
+    files: tuple[str, ...]
+
+
+def build_context(plan: BuildPlan, dest_dir: Path,
+                  checks_source: Path | None = None) -> BuildContext:
+    """Stage the Dockerfile and everything it uses from its context into ``dest_dir``.
+
+    Refuses an unlocked recipe: the build installs only what a lock pins. ``dest_dir``
+    must be missing, empty, or a context staged here before (it is then cleared).
+    """
+    recipe, lock = plan.recipe, plan.lock
+    if lock is None:
+        raise LockError(f"{recipe.name}: not locked; run `imagebuild lock {recipe.name}` "
+                        "first (an image installs only what its lock pins)")
+    dockerfile = render_dockerfile(plan)
+    checks = checks_source or CHECKS_SOURCE
+    if not (checks / "__main__.py").is_file():
+        raise RenderError(f"in-image checks not found: {checks}/__main__.py (the image "
+                          "carries them so `imagebuild validate` runs inside it)")
+    _prepare_directory(dest_dir)
+    (dest_dir / CONTEXT_MARKER).write_text(f"imagebuild {__version__} {recipe.name}\n")
+    files: dict[str, str] = {
+        "Dockerfile": dockerfile,
+        "pylock.toml": python_lock(lock),
+        "manifest.json": json.dumps(manifest(plan), indent=2) + "\n",
+        "fetch-uv.py": (TEMPLATES / "fetch-uv.py").read_text(),
+        "bin/imagebuild": _shim(),
+    }
+    if recipe.hipblaslt.enabled:
+        files["hipblaslt-tuning-kit.sh"] = (TEMPLATES / "hipblaslt-tuning-kit.sh").read_text()
+    for name, text in files.items():
+        path = dest_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o755 if name.startswith("bin/") else 0o644)
+    target = dest_dir / "checks" / CHECKS_IMPORT_NAME
+    shutil.copytree(checks, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # Modes from the checkout (umask) would otherwise leak into the layer and its cache key.
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    staged = sorted(str(p.relative_to(dest_dir)) for p in dest_dir.rglob("*")
+                    if p.is_file() and p.name != CONTEXT_MARKER)
+    return BuildContext(dest_dir, dest_dir / "Dockerfile", tuple(staged))
+
+
+def _prepare_directory(directory: Path) -> None:
+    """Make ``directory`` an empty context; only ever clears one staged here before."""
+    if directory.exists():
+        if not directory.is_dir():
+            raise RenderError(f"{directory}: exists and is not a directory")
+        entries = list(directory.iterdir())
+        if entries and not (directory / CONTEXT_MARKER).is_file():
+            raise RenderError(f"{directory}: not empty and not a build context staged by "
+                              "imagebuild; refusing to clear it")
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def python_lock(lock: Lock) -> str:
+    """The Python part of the lock as a standalone PEP 751 file for the python stage.
+
+    Only wheels: a change to a git commit or the base digest leaves this file, and so the
+    python stage's cache, untouched.
+    """
+    packages = []
+    for wheel in lock.wheels:
+        entry: dict[str, Any] = {"url": wheel.url, "hashes": {"sha256": wheel.sha256}}
+        if wheel.size is not None:
+            entry["size"] = wheel.size
+        packages.append({"name": wheel.name, "version": wheel.version, "wheels": [entry]})
+    document = {
+        "lock-version": "1.0",
+        "created-by": "imagebuild",
+        "requires-python": f"=={lock.python}.*",
+        "packages": packages,
+    }
+    return (f"# The wheels of {display(lock.path)}, staged by imagebuild for the python "
+            "stage.\n" + tomli_w.dumps(document))
+
+
+def manifest(plan: BuildPlan) -> dict[str, Any]:
+    """What /opt/imagebuild/manifest.json records: every pinned version and commit.
+
+    Keys read by the in-image checks (imagebuild/validate/checks/manifest.py): recipe,
+    input_hash, rocm_version, python_version, wheels, gpu_targets, hipblaslt{enabled,
+    commit, bench}, network_plugin{enabled, kind, library}. No timestamps: the same inputs
+    give the same bytes (and the same layer).
+    """
+    recipe, lock = plan.recipe, plan.lock
+    if lock is None:
+        raise LockError(f"{recipe.name}: not locked; a manifest records locked pins only")
+    plugin = recipe.network_plugin
+    hip = recipe.hipblaslt
+    data: dict[str, Any] = {
+        "schema": 1,
+        "generator": f"imagebuild {__version__}",
+        "recipe": recipe.name,
+        "input_hash": recipe.input_hash(),
+        "lock": {"file": display(lock.path), "sha256": lock.file_hash(),
+                 "input_hash": lock.input_hash},
+        "rocm_version": recipe.rocm,
+        "python_version": recipe.python,
+        "base_image": {"reference": recipe.base_image, "digest": lock.base_digest,
+                       "pinned": lock.base_image_pinned},
+        "gpu_targets": list(recipe.gpu_targets),
+        "venv": VENV,
+        "wheels": {w.name: w.version for w in lock.wheels},
+        "wheel_files": [{"name": w.name, "version": w.version, "url": w.url,
+                         "sha256": w.sha256, "size": w.size} for w in lock.wheels],
+        "tools": {"uv": {"version": UV_VERSION, "path": "/usr/local/bin/uv",
+                         "wheels": {arch: {"url": url, "sha256": sha}
+                                    for arch, url, sha in UV_WHEELS}}},
+        "hipblaslt": {"enabled": hip.enabled},
+        "network_plugin": {"enabled": plugin.enabled},
+    }
+    if hip.enabled and lock.hipblaslt:
+        data["hipblaslt"].update({
+            "repository": lock.hipblaslt.repository, "ref": lock.hipblaslt.ref,
+            "commit": lock.hipblaslt.commit, "subdir": hip.subdir,
+            "gpu_targets": list(recipe.gpu_targets), "clients": hip.clients,
+            "prefix": HIPBLASLT_PREFIX, "library": f"{HIPBLASLT_PREFIX}/lib",
+            "bench": f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench" if hip.clients else None,
+            "tuning_kit": _tuning_kit_paths() if hip.tuning_kit and hip.clients else None,
+        })
+    if plugin.enabled and lock.network_plugin and lock.libfabric:
+        prefix = plugin_prefix(recipe)
+        data["network_plugin"].update({
+            "kind": plugin.kind, "repository": lock.network_plugin.repository,
+            "ref": lock.network_plugin.ref, "commit": lock.network_plugin.commit,
+            "prefix": prefix, "library": f"{prefix}/lib/librccl-net.so",
+            "libfabric": {"version": plugin.libfabric.version, "url": lock.libfabric.url,
+                          "sha256": lock.libfabric.sha256, "prefix": LIBFABRIC_PREFIX},
+        })
+    return data
+
+
+def _tuning_kit_paths() -> dict[str, str]:
+    kit = f"{HIPBLASLT_PREFIX}/tuning"
+    return {"root": kit, "find_exact": f"{kit}/utilities/find_exact.py",
+            "build_dir": f"{kit}/build/release",
+            "usage": f"python {kit}/utilities/find_exact.py CONFIG.yaml {kit}/build/release OUT"}
+
+
+def _shim() -> str:
+    return ("#!/bin/sh\n"
+            "# imagebuild inside the image: the validation checks, run with the image's Python\n"
+            "# (standard library + torch only). Staged by imagebuild's build context.\n"
+            f"{SHIM_COMMAND}\n")

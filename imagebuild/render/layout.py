@@ -1,0 +1,66 @@
+"""Where things live inside an image, and the pinned inputs that are not recipe values.
+
+Change a path here and every stage, the manifest, the EDF and the in-image checks follow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imagebuild.recipe import grammar
+
+#: The in-image validation checks (standard library + torch only): copied from this source
+#: directory into the image under IMAGE_CHECKS_DIR/CHECKS_IMPORT_NAME.
+CHECKS_SOURCE = Path(__file__).resolve().parents[1] / "validate" / "checks"
+CHECKS_IMPORT_NAME = "imagebuild_checks"
+#: Everything imagebuild puts into an image that is not a build output lives here.
+IMAGE_ROOT = "/opt/imagebuild"
+IMAGE_CHECKS_DIR = f"{IMAGE_ROOT}/checks"
+IMAGE_MANIFEST = f"{IMAGE_ROOT}/manifest.json"
+#: `imagebuild` inside the image: the checks with the image's own Python, so
+#: `imagebuild validate ...` works in the image with only torch installed.
+SHIM_PATH = "/usr/local/bin/imagebuild"
+SHIM_COMMAND = (f'PYTHONPATH="{IMAGE_CHECKS_DIR}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                f'exec /opt/venv/bin/python -m {CHECKS_IMPORT_NAME} "$@"')
+
+#: uv installs the venv from the lock (PEP 751 pylock.toml, hashes verified). It comes from
+#: its PyPI wheel, pinned here by URL and sha256 per architecture (PyPI JSON API, uv 0.13.9);
+#: the same version as the uv that writes the locks (pyproject: uv>=0.8).
+UV_VERSION = "0.13.9"
+UV_WHEELS: tuple[tuple[str, str, str], ...] = (
+    ("x86_64",
+     ("https://files.pythonhosted.org/packages/3d/aa/26d64642d808de4a652579ef950d7cd2d37f080a8babf9"
+      "c67c6b75fc4c3f/uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"),
+     "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19"),
+    ("aarch64",
+     ("https://files.pythonhosted.org/packages/57/15/94b6cd62ac3ff6550288328e8035288875197cbc183f51"
+      "554b266a69877b/uv-0.13.9-py3-none-manylinux_2_17_aarch64.manylinux2014_aarch64.musllinux_1_1"
+      "_aarch64.whl"),
+     "5435c5ce14a56431208ca0996416d310f1598e8c2c8ba707688985a16bb82dbe"),
+)
+
+#: Tools the source builds need on top of the base image. Debian/Ubuntu names.
+TOOLCHAIN_PACKAGES = (
+    "autoconf", "automake", "bzip2", "ca-certificates", "ccache", "cmake", "curl", "file",
+    "g++", "gcc", "gfortran", "git", "libhwloc-dev", "libmsgpack-dev", "libnuma-dev",
+    "libtool", "make", "patch", "pkg-config", "python3-venv", "python3-yaml", "wget",
+    "xz-utils",
+)
+#: ROCm development packages the builds compile against (hipcc, HIP and RCCL headers,
+#: rocm-cmake). Already present in rocm/dev-*-complete images (then apt does nothing);
+#: named so a plain rocm/dev-* base works too. From the base image's ROCm apt repository.
+ROCM_BUILD_PACKAGES = ("rccl-dev", "rocm-dev")
+#: Shared libraries the plugin links besides libfabric (aws-ofi-nccl requires hwloc).
+PLUGIN_RUNTIME_PACKAGES = ("libhwloc15",)
+#: Runtime libraries of hipBLASLt's clients (install.sh builds them with gfortran/LAPACK).
+HIPBLASLT_CLIENT_RUNTIME_PACKAGES = ("libgfortran5",)
+
+#: Environment variables the final stage sets itself; a recipe may not override them.
+RESERVED_ENV = grammar.RESERVED_ENV
+#: Label prefix imagebuild owns.
+LABEL_NAMESPACE = "imagebuild."
+
+VENV = "/opt/venv"
+HIPBLASLT_PREFIX = "/opt/hipblaslt"
+LIBFABRIC_PREFIX = "/opt/libfabric"
+SITE_CA = "/run/secrets/site-ca"

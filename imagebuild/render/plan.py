@@ -1,0 +1,185 @@
+"""The build plan: a recipe, its checked lock, and every value the renderers derive from
+them, made once, frozen and typed. The Dockerfile, the build context and the manifest are
+rendered from a plan; none of them reads or checks a lock itself."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from imagebuild.errors import RenderError
+from imagebuild.lock.check import check_lock, display
+from imagebuild.lock.model import Lock
+from imagebuild.recipe.model import Recipe
+from imagebuild.render.layout import (
+    HIPBLASLT_CLIENT_RUNTIME_PACKAGES,
+    HIPBLASLT_PREFIX,
+    IMAGE_MANIFEST,
+    LABEL_NAMESPACE,
+    LIBFABRIC_PREFIX,
+    PLUGIN_RUNTIME_PACKAGES,
+    RESERVED_ENV,
+)
+
+#: Labels imagebuild writes from the base image; a recipe may not set them.
+GENERATED_OCI_LABELS = ("org.opencontainers.image.base.name",
+                        "org.opencontainers.image.base.digest")
+
+
+@dataclass(frozen=True)
+class HipBlasLtPlan:
+    repository: str
+    #: The locked commit, or the recipe's ref when unlocked (review renders only).
+    revision: str
+    ref: str
+    subdir: str
+    #: ``;``-joined GPU targets, as CMake's AMDGPU_TARGETS takes them.
+    targets: str
+    clients: bool
+    tuning_kit: bool
+    prefix: str
+    source_dir: str
+
+
+@dataclass(frozen=True)
+class PluginPlan:
+    kind: str
+    repository: str
+    revision: str
+    ref: str
+    prefix: str
+    libfabric_version: str
+    libfabric_url: str
+    #: None when unlocked: the rendered step then refuses to run.
+    libfabric_sha256: str | None
+    libfabric_prefix: str
+
+    @property
+    def library(self) -> str:
+        return f"{self.prefix}/lib/librccl-net.so"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    recipe: Recipe
+    #: None: unlocked, rendered for review only (a build refuses it).
+    lock: Lock | None
+    hipblaslt: HipBlasLtPlan | None
+    plugin: PluginPlan | None
+    #: OS packages of the final stage: the recipe's, then what the stages' installs need.
+    runtime_packages: tuple[str, ...]
+    added_packages: tuple[str, ...]
+    library_path: tuple[str, ...]
+    #: Files the final stage checks with ldd (every shared library they need is present).
+    linked_files: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]
+    #: Cache-mount id suffix shared by builds on the same base distribution.
+    cache_scope: str
+
+    @property
+    def locked(self) -> bool:
+        return self.lock is not None
+
+    @property
+    def builds_from_source(self) -> bool:
+        return self.hipblaslt is not None or self.plugin is not None
+
+
+def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
+    """The plan for ``recipe``; ``lock`` is checked against it first (None: unlocked)."""
+    _check_recipe(recipe)
+    if lock is not None:
+        check_lock(recipe, lock)
+    hipblaslt = _hipblaslt(recipe, lock)
+    plugin = _plugin(recipe, lock)
+    added = list(PLUGIN_RUNTIME_PACKAGES if plugin else ())
+    added += HIPBLASLT_CLIENT_RUNTIME_PACKAGES if hipblaslt and hipblaslt.clients else ()
+    runtime = list(recipe.os_packages)
+    added = [p for p in added if p not in runtime]
+    library_path = ([f"{HIPBLASLT_PREFIX}/lib"] if hipblaslt else []) + \
+        ([f"{plugin.prefix}/lib"] if plugin else [])
+    linked = [plugin.library] if plugin else []
+    if hipblaslt:
+        linked.append(f"{HIPBLASLT_PREFIX}/lib/libhipblaslt.so")
+        if hipblaslt.clients:
+            linked.append(f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench")
+    return BuildPlan(
+        recipe=recipe, lock=lock, hipblaslt=hipblaslt, plugin=plugin,
+        runtime_packages=tuple(runtime + added), added_packages=tuple(added),
+        library_path=tuple(library_path), linked_files=tuple(linked),
+        labels=_labels(recipe, lock), cache_scope=_cache_scope(recipe))
+
+
+def plugin_prefix(recipe: Recipe) -> str:
+    return f"/opt/{recipe.network_plugin.kind}"
+
+
+def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
+    hip = recipe.hipblaslt
+    if not hip.enabled:
+        return None
+    source = lock.hipblaslt if lock else None
+    return HipBlasLtPlan(
+        repository=hip.source.repository,
+        revision=source.commit if source else hip.source.ref,
+        ref=hip.source.ref, subdir=hip.subdir, targets=";".join(recipe.gpu_targets),
+        clients=hip.clients, tuning_kit=hip.tuning_kit and hip.clients,
+        prefix=HIPBLASLT_PREFIX,
+        source_dir="/usr/src/hipblaslt" + ("" if hip.subdir == "." else f"/{hip.subdir}"))
+
+
+def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
+    plugin = recipe.network_plugin
+    if not plugin.enabled:
+        return None
+    source = lock.network_plugin if lock else None
+    archive = lock.libfabric if lock else None
+    return PluginPlan(
+        kind=plugin.kind, repository=plugin.source.repository,
+        revision=source.commit if source else plugin.source.ref, ref=plugin.source.ref,
+        prefix=plugin_prefix(recipe), libfabric_version=plugin.libfabric.version,
+        libfabric_url=archive.url if archive else plugin.libfabric.url,
+        libfabric_sha256=archive.sha256 if archive else None,
+        libfabric_prefix=LIBFABRIC_PREFIX)
+
+
+def _labels(recipe: Recipe, lock: Lock | None) -> tuple[tuple[str, str], ...]:
+    labels = [(key, value) for key, value in recipe.labels]
+    labels.append(("org.opencontainers.image.base.name", recipe.base_image.split("@", 1)[0]))
+    if lock is not None:
+        labels.append(("org.opencontainers.image.base.digest", lock.base_digest))
+    labels += [
+        ("imagebuild.recipe", recipe.name),
+        ("imagebuild.input-hash", recipe.input_hash()),
+        ("imagebuild.lock-hash", lock.file_hash() if lock else "UNLOCKED"),
+        ("imagebuild.rocm", recipe.rocm or "none"),
+        ("imagebuild.torch", recipe.wheels.version_of("torch") or "none"),
+        ("imagebuild.python", recipe.python),
+        ("imagebuild.gpu-targets", ",".join(recipe.gpu_targets) or "none"),
+        ("imagebuild.manifest", IMAGE_MANIFEST),
+    ]
+    return tuple(labels)
+
+
+def _check_recipe(recipe: Recipe) -> None:
+    where = display(recipe.path)
+    if ".." in recipe.hipblaslt.subdir.split("/"):
+        raise RenderError(f"{where}: hipblaslt.subdir: "
+                          f"{recipe.hipblaslt.subdir!r} leaves the checkout (no '..' parts)")
+    for key, _ in recipe.env:
+        if key in RESERVED_ENV:
+            raise RenderError(f"{where}: env.{key}: set by imagebuild itself "
+                              f"(reserved: {', '.join(RESERVED_ENV)})")
+    for key, _ in recipe.labels:
+        if key.startswith(LABEL_NAMESPACE) or key in GENERATED_OCI_LABELS:
+            raise RenderError(f"{where}: labels.{key}: set by imagebuild "
+                              f"itself (it owns {LABEL_NAMESPACE}* and the base-image labels)")
+
+
+def _cache_scope(recipe: Recipe) -> str:
+    """The base image's repository, sanitised: apt lists and ccache are only shared between
+    builds on the same distribution and compilers; every ROCm release of
+    rocm/dev-ubuntu-24.04 shares one, a Debian test base gets its own."""
+    repository = re.split(r"[@]", recipe.base_image)[0]
+    name = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
+    return re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-")

@@ -1,0 +1,46 @@
+"""The CPU-only recipe that exercises the same machinery as the ROCm recipes, and the real
+CPU torch wheel its index serves (the demo and the end-to-end tests share both)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed.base_images import cache_dir
+
+#: A CPU build small enough for CI (about 190 MB) that still runs a real training step.
+TORCH_VERSION = "2.13.0"
+RECIPE = """\
+version: 1
+description: CPU-only image for the end-to-end test (same machinery as the ROCm recipes)
+rocm: null
+base_image: {base_image}
+python: "3.11"
+wheels:
+  # replaced at lock time by --index-url (the test index listens on a random port)
+  index_url: http://127.0.0.1:9/unused/
+  packages:
+    torch: {torch}
+dockerfile:
+  # the engine's built-in frontend: docker/dockerfile images cannot be pulled here
+  syntax: null
+env:
+  IMAGEBUILD_E2E: "yes $HOME stays literal"
+labels:
+  org.example.purpose: end-to-end-test
+"""
+
+
+def torch_wheel() -> Path:
+    """A real CPU torch wheel for Python 3.11, downloaded once into the test cache."""
+    directory = cache_dir() / "wheels"
+    found = sorted(directory.glob(f"torch-{TORCH_VERSION}*-cp311-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                        "--only-binary", ":all:", "--python-version", "3.11",
+                        "--platform", "manylinux_2_28_x86_64", "-d", str(directory),
+                        f"torch=={TORCH_VERSION}"], check=True)
+        found = sorted(directory.glob(f"torch-{TORCH_VERSION}*-cp311-*.whl"))
+    assert found, f"pip download gave no torch {TORCH_VERSION} cp311 wheel in {directory}"
+    return found[-1]

@@ -1,0 +1,220 @@
+"""Engine detection by capability, command lines, and the subprocess runner."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from imagebuild.engine.base import BuildRequest, split_reference
+from imagebuild.engine.docker import DockerEngine, find_docker_client
+from imagebuild.engine.podman import PodmanEngine
+from imagebuild.engine.runner import CommandResult, CommandRunner
+from imagebuild.engine.select import detect_engine
+from imagebuild.errors import EngineError
+
+
+class ScriptedRunner(CommandRunner):
+    """Answers commands from a table keyed by argv[0] basename + args; records calls."""
+
+    def __init__(self, answers: dict[tuple[str, ...], tuple[int, str]]):
+        super().__init__()
+        self.answers = answers
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, argv, *, env=None, cwd=None, on_line=None, keep_lines=None):
+        argv = tuple(str(a) for a in argv)
+        self.calls.append(argv)
+        code, out = self.answers.get(argv, (127, f"{argv[0]}: not scripted"))
+        return CommandResult(argv, code, out)
+
+
+def make_docker(directory: Path, name: str = "docker") -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def docker_answers(path: str, version: str, buildx: bool, builtin: bool):
+    return {
+        (path, "version", "--format", "{{.Client.Version}}"): (0, version + "\n"),
+        (path, "buildx", "version"): (0, "github.com/docker/buildx v0.17.1") if buildx
+        else (1, "docker: 'buildx' is not a docker command."),
+        (path, "build", "--help"): (0, "Usage: docker build\n      --secret stringArray")
+        if builtin else (1, "ERROR: BuildKit is enabled but the buildx component is missing"),
+    }
+
+
+class FakeSdk:
+    def __init__(self, reachable: bool = True):
+        self.reachable = reachable
+
+    def ping(self):
+        if not self.reachable:
+            raise ConnectionError("Cannot connect to the Docker daemon")
+        return True
+
+
+def test_prefers_a_buildkit_capable_client_over_the_first_on_path(tmp_path):
+    newer = make_docker(tmp_path / "local")   # 28.x without buildx: cannot build
+    debian = make_docker(tmp_path / "usr")    # 20.10 with built-in BuildKit
+    runner = ScriptedRunner({**docker_answers(newer, "28.2.2", False, False),
+                             **docker_answers(debian, "20.10.24", False, True)})
+    environ = {"PATH": f"{tmp_path / 'local'}:{tmp_path / 'usr'}"}
+    engine = detect_engine("auto", runner=runner, environ=environ, docker_client=FakeSdk())
+    assert isinstance(engine, DockerEngine)
+    assert engine.binary == debian and not engine.buildx
+    assert engine.describe() == f"docker 20.10.24 ({debian}, built-in BuildKit)"
+
+
+def test_buildx_wins_and_a_builder_can_be_chosen(tmp_path):
+    plain = make_docker(tmp_path / "a")
+    buildx = make_docker(tmp_path / "b")
+    runner = ScriptedRunner({**docker_answers(plain, "20.10.24", False, True),
+                             **docker_answers(buildx, "27.3.1", True, False),
+                             (buildx, "buildx", "inspect", "farm"): (0, "Name: farm")})
+    environ = {"PATH": f"{tmp_path / 'a'}:{tmp_path / 'b'}"}
+    engine = detect_engine(None, builder="farm", runner=runner, environ=environ,
+                           docker_client=FakeSdk())
+    assert engine.binary == buildx and engine.builder == "farm"
+    argv, _env = engine.build_command(BuildRequest(Path("/ctx/Dockerfile"), Path("/ctx")))
+    assert argv[:7] == [buildx, "buildx", "build", "--progress=plain", "--load",
+                        "--builder", "farm"]
+    assert ["--allow", "network.host"] == argv[7:9]
+
+
+def test_builder_without_buildx_is_a_clear_error(tmp_path):
+    debian = make_docker(tmp_path / "usr")
+    runner = ScriptedRunner(docker_answers(debian, "20.10.24", False, True))
+    with pytest.raises(EngineError, match=r"no usable docker backend: .*no buildx plugin"):
+        detect_engine("auto", builder="farm", runner=runner,
+                      environ={"PATH": str(tmp_path / "usr")}, docker_client=FakeSdk())
+    with pytest.raises(EngineError, match="only valid with the docker backend"):
+        detect_engine("podman", builder="farm", runner=runner, environ={"PATH": ""})
+
+
+def test_forced_binary_and_unknown_backend(tmp_path):
+    debian = make_docker(tmp_path / "usr")
+    make_docker(tmp_path / "local")
+    runner = ScriptedRunner(docker_answers(debian, "20.10.24", False, True))
+    environ = {"PATH": str(tmp_path / "local"), "IMAGEBUILD_DOCKER": debian}
+    probe, _ = find_docker_client(runner, environ)
+    assert probe.path == debian
+    with pytest.raises(EngineError, match="IMAGEBUILD_DOCKER=/nope: no such executable"):
+        find_docker_client(runner, {"PATH": "", "IMAGEBUILD_DOCKER": "/nope"})
+    with pytest.raises(EngineError, match="--backend kaniko: expected one of auto, docker"):
+        detect_engine("kaniko", runner=runner, environ=environ)
+
+
+def test_auto_falls_back_to_podman_when_the_daemon_is_down(tmp_path):
+    debian = make_docker(tmp_path / "bin")
+    podman = make_docker(tmp_path / "bin", "podman")
+    runner = ScriptedRunner({**docker_answers(debian, "20.10.24", False, True),
+                             (podman, "version", "--format", "{{.Client.Version}}"): (0, "4.3.1")})
+    environ = {"PATH": str(tmp_path / "bin")}
+    engine = detect_engine("auto", runner=runner, environ=environ,
+                           docker_client=FakeSdk(reachable=False))
+    assert isinstance(engine, PodmanEngine) and engine.describe() == f"podman 4.3.1 ({podman})"
+    with pytest.raises(EngineError, match="docker daemon not reachable"):
+        detect_engine("docker", runner=runner, environ=environ,
+                      docker_client=FakeSdk(reachable=False))
+
+
+def test_nothing_usable_names_every_reason(tmp_path):
+    with pytest.raises(EngineError) as caught:
+        detect_engine("auto", runner=ScriptedRunner({}), environ={"PATH": str(tmp_path)})
+    assert str(caught.value) == ("no container engine available (docker: no docker client on "
+                                 "PATH; podman: podman not installed)")
+
+
+def test_build_command_lines(tmp_path):
+    request = BuildRequest(
+        Path("/p/Dockerfile"), Path("/p"), tags=("a/b:1",), target="final",
+        build_args={"B": "2", "A": "1"}, secrets={"site-ca": Path("/etc/ca.pem")},
+        labels={"imagebuild.hash": "h"}, network="host", no_cache=True,
+        iidfile=Path("/t/iid"))
+    docker = DockerEngine("/usr/bin/docker", buildx=False, runner=ScriptedRunner({}))
+    argv, env = docker.build_command(request)
+    assert env["DOCKER_BUILDKIT"] == "1"
+    assert argv == ["/usr/bin/docker", "build", "--progress=plain", "-f", "/p/Dockerfile",
+                    "-t", "a/b:1", "--target", "final", "--build-arg", "A=1",
+                    "--build-arg", "B=2", "--label", "imagebuild.hash=h",
+                    "--secret", "id=site-ca,src=/etc/ca.pem", "--network", "host",
+                    "--no-cache", "--iidfile", "/t/iid", "/p"]
+    podman = PodmanEngine("/usr/bin/podman", runner=ScriptedRunner({}))
+    argv, _ = podman.build_command(request)
+    assert argv[:5] == ["/usr/bin/podman", "build", "--layers", "--format", "docker"]
+    assert argv[5:] == ["-f", "/p/Dockerfile"] + [a for a in docker.build_command(request)[0]
+                                                  if a not in ("/usr/bin/docker", "build",
+                                                               "--progress=plain", "-f",
+                                                               "/p/Dockerfile")]
+
+
+@pytest.mark.parametrize(("ref", "expected"), [
+    ("imagebuild/rocm:7.0.2", ("imagebuild/rocm", "7.0.2")),
+    ("127.0.0.1:5000/imagebuild/rocm:abc", ("127.0.0.1:5000/imagebuild/rocm", "abc")),
+    ("127.0.0.1:5000/imagebuild/rocm", ("127.0.0.1:5000/imagebuild/rocm", None)),
+    ("rocm@sha256:" + "a" * 64, ("rocm@sha256:" + "a" * 64, None)),
+])
+def test_split_reference(ref, expected):
+    assert split_reference(ref) == expected
+
+
+def test_runner_streams_merged_output_in_order():
+    seen = []
+    result = CommandRunner().run(["sh", "-c", "echo one; echo two >&2; echo three; exit 3"],
+                                 on_line=seen.append)
+    assert seen == ["one", "two", "three"]
+    assert result.returncode == 3 and result.output == "one\ntwo\nthree"
+
+
+def test_runner_keeps_a_bounded_tail():
+    result = CommandRunner().run(["seq", "1", "100"], keep_lines=3)
+    assert result.output == "98\n99\n100"
+
+
+def test_runner_missing_binary_is_an_engine_error():
+    with pytest.raises(EngineError, match="no-such-binary-here: command not found"):
+        CommandRunner().run(["no-such-binary-here"])
+
+
+@pytest.mark.parametrize("spawn", [
+    "sleep 60 &",          # same process group, ignores SIGINT (a shell's background job)
+    "setsid sleep 60 &",   # own session, like the runc container of a podman RUN step
+])
+def test_interrupt_stops_the_whole_process_group(spawn):
+    pid_file = []
+
+    def on_line(line: str) -> None:
+        if line.startswith("child "):
+            pid_file.append(int(line.split()[1]))
+            raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        # the grandchild ignores nothing special: SIGINT to the group must reach it
+        CommandRunner(grace_s=5).run(
+            ["sh", "-c", f"{spawn} echo child $!; wait"], on_line=on_line)
+    assert time.monotonic() - started < 10
+    (grandchild,) = pid_file
+    for _ in range(50):
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"sleep (pid {grandchild}) survived the interrupt")
+
+
+def test_a_builder_needs_buildx_on_the_engine_too():
+    engine = DockerEngine("/usr/bin/docker", buildx=False, runner=ScriptedRunner({}))
+    with pytest.raises(EngineError, match="--builder farm: selecting a builder needs docker "
+                                          "buildx, and /usr/bin/docker has no buildx plugin"):
+        engine.using_builder("farm")
+    farm = DockerEngine("/opt/docker", buildx=True, runner=ScriptedRunner({})).using_builder("farm")
+    assert farm.describe() == "docker (/opt/docker, buildx builder farm)"
