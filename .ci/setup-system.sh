@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (run as root) for imagebuild's integration tests:
-# apt packages, a Docker daemon, a local registry on 127.0.0.1:5000 and podman storage.
+# apt packages, a Docker daemon, a local registry on 127.0.0.1:5000, podman storage and a
+# one-node SLURM cluster (munge, slurmctld, slurmd).
 # Idempotent: every step checks first and says what it did. No Docker Hub needed.
 #
 # Environment knobs:
 #   IMAGEBUILD_DOCKERD_LOG      dockerd log file       (default /var/log/imagebuild-dockerd.log)
 #   IMAGEBUILD_REGISTRY_ADDR    registry listen addr   (default 127.0.0.1:5000)
 #   IMAGEBUILD_REGISTRY_DIR     registry storage dir   (default /var/lib/imagebuild-registry)
+#   IMAGEBUILD_SLURM_DIR        SLURM state, spool and logs (default /var/lib/imagebuild-slurm)
 #   IMAGEBUILD_SKIP_APT=1       skip apt-get (packages already installed)
 set -euo pipefail
 
@@ -151,5 +153,196 @@ EOF
     podman info --format '{{.Store.GraphDriverName}}' >/dev/null \
         && say "podman storage driver: vfs"
 fi
+
+# --- SLURM: a one-node cluster ---------------------------------------------------------
+# Debian's slurmctld/slurmd 22.05 and munge, started without systemd, so that the sbatch
+# launcher of `imagebuild validate` is tested by submitting real jobs. No cgroups (CI VMs
+# and containers rarely delegate them): processes are tracked through /proc
+# (proctrack/linuxproc) and bound with sched_setaffinity (task/affinity), which is all
+# `srun --cpu-bind` needs.
+SLURM_PACKAGES=(slurmctld slurmd slurm-client munge)
+slurm_missing=()
+for pkg in "${SLURM_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
+        || slurm_missing+=("$pkg")
+done
+if [[ ${#slurm_missing[@]} -eq 0 ]]; then
+    say "slurm packages already installed"
+elif [[ ${IMAGEBUILD_SKIP_APT:-0} == 1 ]]; then
+    say "IMAGEBUILD_SKIP_APT=1 but missing: ${slurm_missing[*]}" >&2
+    exit 2
+else
+    say "installing: ${slurm_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${slurm_missing[@]}" >/dev/null
+    say "installed: ${slurm_missing[*]}"
+fi
+
+# The node and the controller go by the short host name: slurmd registers under it and
+# jobs get it from `scontrol show hostnames` as their rendezvous host, so it must resolve
+# to an address of this machine.
+SLURM_NODE=$(hostname -s)
+is_local_address() {
+    [[ $1 == 127.* || $1 == ::1 ]] && return 0
+    local address
+    for address in $(hostname -I 2>/dev/null); do
+        [[ $address == "$1" ]] && return 0
+    done
+    return 1
+}
+node_address=$(getent ahostsv4 "$SLURM_NODE" 2>/dev/null | awk 'NR == 1 { print $1 }' || true)
+if [[ -z $node_address ]]; then
+    printf '127.0.0.1\t%s\t# imagebuild-slurm\n' "$SLURM_NODE" >>/etc/hosts
+    say "slurm: $SLURM_NODE did not resolve; added it to /etc/hosts as 127.0.0.1"
+elif ! is_local_address "$node_address"; then
+    # The first matching line of /etc/hosts wins: ours goes first, the rest stays. Written
+    # in place because a container's /etc/hosts is often a bind mount.
+    hosts_before=$(cat /etc/hosts)
+    { printf '127.0.0.1\t%s\t# imagebuild-slurm\n' "$SLURM_NODE"; printf '%s\n' "$hosts_before"; } \
+        >/etc/hosts
+    say "slurm: $SLURM_NODE resolved to $node_address (not this machine); now 127.0.0.1"
+else
+    say "slurm: node name $SLURM_NODE resolves to $node_address"
+fi
+
+# munge: slurm's authentication. /run is a tmpfs, so /run/munge is gone after a reboot.
+munge_up() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+if munge_up; then
+    say "munged already answering"
+else
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        if [[ -x /usr/sbin/mungekey ]]; then
+            /usr/sbin/mungekey --create --keyfile=/etc/munge/munge.key
+        else
+            /usr/sbin/create-munge-key -f
+        fi
+        say "munge: created /etc/munge/munge.key"
+    fi
+    chown munge:munge /etc/munge/munge.key
+    chmod 0400 /etc/munge/munge.key
+    # --force: a socket or lock left by a munged that died (a reboot, a killed container)
+    # would otherwise keep it from starting.
+    runuser -u munge -- /usr/sbin/munged --force
+    for _ in $(seq 1 20); do
+        munge_up && break
+        sleep 0.25
+    done
+    if ! munge_up; then
+        say "munged did not answer within 5 s; last log lines:" >&2
+        tail -n 20 /var/log/munge/munged.log >&2 || true
+        exit 1
+    fi
+    say "munged up"
+fi
+
+SLURM_DIR=${IMAGEBUILD_SLURM_DIR:-/var/lib/imagebuild-slurm}
+SLURM_CONF=/etc/slurm/slurm.conf
+SLURM_MARK="# Written by imagebuild .ci/setup-system.sh"
+if [[ -f $SLURM_CONF ]] && ! grep -qF "$SLURM_MARK" "$SLURM_CONF"; then
+    say "slurm: $SLURM_CONF was not written by this script; leaving this SLURM alone" >&2
+    exit 2
+fi
+install -d -m 0755 /etc/slurm "$SLURM_DIR" "$SLURM_DIR/state" "$SLURM_DIR/spool" \
+    "$SLURM_DIR/log"
+# Sockets, cores, threads and memory as slurmd itself counts them; the node name is ours
+# (slurmd -C prints the full host name on some systems).
+node_line=$(slurmd -C | awk -v node="$SLURM_NODE" 'NR == 1 { $1 = "NodeName=" node; print }')
+slurm_conf_new="$SLURM_MARK: a one-node cluster for the tests.
+ClusterName=imagebuild-ci
+SlurmctldHost=$SLURM_NODE
+AuthType=auth/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$SLURM_DIR/state
+SlurmdSpoolDir=$SLURM_DIR/spool
+SlurmctldPidFile=$SLURM_DIR/slurmctld.pid
+SlurmdPidFile=$SLURM_DIR/slurmd.pid
+SlurmctldLogFile=$SLURM_DIR/log/slurmctld.log
+SlurmdLogFile=$SLURM_DIR/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+MinJobAge=16
+$node_line
+PartitionName=debug Nodes=$SLURM_NODE Default=YES MaxTime=INFINITE State=UP"
+# MinJobAge: sbatch --wait polls after 2, 8, 32, 32... s unless a finished job's record
+# lives shorter than twice the next interval (slurm 22.05 src/sbatch/sbatch.c, _job_wait):
+# with 16 s it polls every 8 s, and a 16 s job is seen done within 8 s, not 26.
+slurm_restart=0
+if [[ -f $SLURM_CONF ]] && [[ $(cat "$SLURM_CONF") == "$slurm_conf_new" ]]; then
+    say "slurm: $SLURM_CONF up to date"
+else
+    printf '%s\n' "$slurm_conf_new" >"$SLURM_CONF"
+    slurm_restart=1
+    say "slurm: wrote $SLURM_CONF ($node_line)"
+fi
+
+# A daemon is running when its pid file names a live process of that name; any other pid
+# file is stale (left by a reboot or a killed container) and goes.
+slurm_daemon_pid() {
+    local pid
+    pid=$(cat "$SLURM_DIR/$1.pid" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] || return 1
+    printf '%s\n' "$pid"
+}
+for daemon in slurmctld slurmd; do
+    if pid=$(slurm_daemon_pid "$daemon"); then
+        if [[ $slurm_restart == 0 ]]; then
+            say "slurm: $daemon already running (pid $pid)"
+            continue
+        fi
+        say "slurm: stopping $daemon (pid $pid) for the new configuration"
+        kill "$pid"
+        for _ in $(seq 1 40); do
+            [[ -d /proc/$pid ]] || break
+            sleep 0.25
+        done
+    elif [[ -e $SLURM_DIR/$daemon.pid ]]; then
+        rm -f "$SLURM_DIR/$daemon.pid"
+        say "slurm: removed stale $SLURM_DIR/$daemon.pid"
+    fi
+    # -D: in the foreground under setsid/nohup, like dockerd above, so that what it prints
+    # before its log file opens is kept too.
+    setsid nohup "$daemon" -D >"$SLURM_DIR/log/$daemon.out" 2>&1 </dev/null &
+    say "slurm: started $daemon (log: $SLURM_DIR/log/$daemon.log)"
+    if [[ $daemon == slurmctld ]]; then
+        for _ in $(seq 1 40); do
+            scontrol ping 2>/dev/null | grep -q 'is UP' && break
+            sleep 0.25
+        done
+    fi
+done
+
+slurm_node_state() { sinfo --noheader --nodes="$SLURM_NODE" --format=%t 2>/dev/null | head -n1; }
+slurm_resumed=0
+state=
+for _ in $(seq 1 120); do
+    state=$(slurm_node_state)
+    [[ $state =~ ^(idle|mix|alloc)$ ]] && break
+    if [[ $state == down* || $state == drain* ]] && [[ $slurm_resumed == 0 ]]; then
+        # After a reboot or a crash the controller may remember the node as down.
+        if scontrol update nodename="$SLURM_NODE" state=resume >/dev/null 2>&1; then
+            slurm_resumed=1
+            say "slurm: node $SLURM_NODE was $state; resumed it"
+        fi
+    fi
+    sleep 0.5
+done
+if [[ ! $state =~ ^(idle|mix|alloc)$ ]]; then
+    say "slurm: node $SLURM_NODE is '${state:-unknown}' after 60 s, not idle; last log lines:" >&2
+    tail -n 10 "$SLURM_DIR/log/slurmctld.log" "$SLURM_DIR/log/slurmd.log" \
+        "$SLURM_DIR/log/slurmctld.out" "$SLURM_DIR/log/slurmd.out" >&2 || true
+    exit 1
+fi
+say "slurm: node $SLURM_NODE $state in partition debug ($(sinfo --version))"
 
 say "done in $(( $(date +%s) - started )) s"

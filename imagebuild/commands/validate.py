@@ -12,10 +12,13 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
+from imagebuild.recipe.load import project_dir
+from imagebuild.recipe.site import load_site
 from imagebuild.validate.checks.data import UsageError, load_gpu_data, validate_thresholds
 from imagebuild.validate.checks.options import add_arguments
 from imagebuild.validate.host import (
@@ -32,11 +35,14 @@ from imagebuild.validate.host import (
     staged_checks,
     validate,
 )
+from imagebuild.validate.launch_sbatch import GPU_SELECTIONS
 
 #: Host-only flags: never forwarded to the in-image runner.
 _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", "nodes",
                "gpus_per_node", "time", "partition", "account", "environment", "report",
-               "thresholds", "func", "command", "project"}
+               "thresholds", "func", "command", "project", "ntasks_per_node",
+               "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
+               "bind_host_rocm"}
 
 
 def register(subparsers: Any) -> None:
@@ -56,8 +62,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--mount-checks", action="store_true",
                         help="bind-mount this imagebuild's checks into the image instead of "
                              "running the copy baked into it")
-    parser.add_argument("--python", default="python3",
-                        help="Python interpreter inside the image (default python3)")
+    parser.add_argument("--python", default=None,
+                        help="Python interpreter inside the image (default python3; this "
+                             "interpreter for --launcher sbatch without an image)")
+    parser.add_argument("--bind-host-rocm", action="store_true",
+                        help="apptainer: bind the host's ROCm libraries over the image's "
+                             "(--rocm; only where a site needs it)")
     parser.add_argument("--report", default=None, metavar="PATH",
                         help="JSON report path (default ./reports/validate-<host>-<time>.json)")
     batch = parser.add_argument_group("sbatch launcher")
@@ -69,6 +79,24 @@ def register(subparsers: Any) -> None:
     batch.add_argument("--account", default=None)
     batch.add_argument("--environment", default=None,
                        help="Container Engine environment (EDF name or path) for srun")
+    batch.add_argument("--ntasks-per-node", type=int, default=None,
+                       help="ranks per node (default: --gpus-per-node; 2 with --gpus none)")
+    batch.add_argument("--cpus-per-task", type=int, default=None,
+                       help="cores per rank (default 7; 1 with --gpus none)")
+    batch.add_argument("--cpu-bind", default="cores",
+                       help="srun --cpu-bind: cores (default), or mask_cpu:M0,M1,... with one "
+                            "mask per local rank, as for LUMI-G: "
+                            "https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/")
+    batch.add_argument("--gpu-select", choices=GPU_SELECTIONS, default="local-id",
+                       help="local-id (default): each rank sees GPU SLURM_LOCALID through "
+                            "ROCR/CUDA_VISIBLE_DEVICES; closest: --gpus-per-task=1 "
+                            "--gpu-bind=closest")
+    batch.add_argument("--socket-ifname", default=None, metavar="IF[,IF...]",
+                       help="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (default: the site "
+                            "profile's NCCL_SOCKET_IFNAME; lo for a one-node test)")
+    batch.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+                       help="site profile whose environment (RCCL, libfabric) the job exports "
+                            "(default $IMAGEBUILD_SITE)")
     add_arguments(parser, output=False)
     parser.set_defaults(func=run)
 
@@ -108,6 +136,22 @@ def _runner_actions() -> list[Any]:
     return [a for a in parser._actions if a.dest not in _HOST_DESTS]
 
 
+def sbatch_spec(args: argparse.Namespace) -> SbatchSpec:
+    """The batch job from the flags and the site profile (its EDF environment)."""
+    site_env: tuple[tuple[str, str], ...] = ()
+    if args.site:
+        site_env = load_site(args.site, project_dir()).env
+    socket_ifname = args.socket_ifname or dict(site_env).get("NCCL_SOCKET_IFNAME")
+    return SbatchSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                      ntasks_per_node=args.ntasks_per_node, cpus_per_task=args.cpus_per_task,
+                      cpu_bind=args.cpu_bind, gpu_select=args.gpu_select,
+                      socket_ifname=socket_ifname, site_env=site_env, time=args.time,
+                      partition=args.partition, account=args.account,
+                      environment=args.environment,
+                      report_path=str(Path(args.report).resolve()) if args.report else None,
+                      mount_checks=args.mount_checks)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -117,10 +161,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValidateError(f"--local validates this environment; drop the target {args.target!r} "
                             "or drop --local")
     target = resolve_target(None if args.local else args.target)
-    launcher = choose_launcher(target, "local" if args.local else args.launcher, shutil.which)
+    if args.local and args.launcher not in ("auto", "local", "sbatch"):
+        raise ValidateError(f"--local validates this Python environment, which --launcher "
+                            f"{args.launcher} cannot run; drop one of them (--launcher sbatch "
+                            "runs this environment on a SLURM cluster)")
+    requested = "local" if args.local and args.launcher == "auto" else args.launcher
+    launcher = choose_launcher(target, requested, shutil.which)
     container = launcher in ("docker", "podman", "apptainer", "enroot") or (
         launcher == "sbatch" and target.kind != "environment")
     gpus = "none" if args.cpu else (detect_gpu_kind() if args.gpus == "auto" else args.gpus)
+    if launcher == "sbatch" and not args.cpu and args.gpus == "auto" and gpus == "none":
+        # The job runs on compute nodes, not here: a login node without GPUs says nothing.
+        gpus = "rocm"
     thresholds = load_thresholds(args.thresholds)
     runner_args = iter_runner_flags(vars(args), _runner_actions())
     if launcher == "sbatch":
@@ -135,18 +187,21 @@ def run(args: argparse.Namespace) -> int:
         runner_args += extra
     invocation = Invocation(
         launcher=launcher, runner_args=tuple(runner_args), gpus=gpus, inputs_dir=inputs_dir,
-        mount_checks=staged_checks() if args.mount_checks and container else None,
-        python=args.python, env=passthrough_env(os.environ) if container else {})
+        # sbatch stages its own copy beside the script, where the compute nodes see it.
+        mount_checks=staged_checks() if args.mount_checks and container
+        and launcher != "sbatch" else None,
+        python=args.python or ("python3" if container else sys.executable),
+        env=passthrough_env(os.environ) if container else {},
+        bind_host_rocm=args.bind_host_rocm)
     out = Console()
     err = Console(stderr=True)
-    spec = SbatchSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, time=args.time,
-                      partition=args.partition, account=args.account,
-                      environment=args.environment)
+    spec = sbatch_spec(args) if launcher == "sbatch" else None
     report_path = Path(args.report) if args.report else None
     try:
         if launcher == "sbatch":
             outcome = validate(target, invocation, report_path=None, sbatch=spec)
-            out.print(f"wrote {outcome.script_path}; submit it with: sbatch {outcome.script_path}")
+            out.print(f"wrote {outcome.script_path}; submit it with: sbatch {outcome.script_path}",
+                      soft_wrap=True)
             return 0
         with ProgressDisplay(err) as progress:
             outcome = validate(target, invocation, report_path=report_path,

@@ -4,8 +4,9 @@ Where the checks run:
 - ``local``: this Python environment (``python -m imagebuild.validate.checks``);
 - ``docker``: the docker SDK, host network and IPC, GPUs passed through (/dev/kfd and
   /dev/dri with the devices' groups on ROCm, a GPU device request on NVIDIA);
-- ``podman``, ``apptainer``, ``enroot``: their CLIs, same devices;
-- ``sbatch``: writes a batch script for a multi-node run and returns its path.
+- ``podman``, ``apptainer`` (or ``singularity``), ``enroot``: their CLIs, same devices;
+- ``sbatch``: writes a batch script for a multi-node run and returns its path
+  (imagebuild.validate.launch_sbatch).
 
 All of them run the same runner with ``--events --report -``: progress and the final
 report come back as JSON lines on stdout (checks.report.EVENT_PREFIX), so no file has to
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -25,10 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine import inherited_ulimits
+from imagebuild.engine.podman import inherited_ulimits
 from imagebuild.errors import EngineError, ValidateError
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.checks.report import EVENT_PREFIX, default_report_path, utc_now
+from imagebuild.validate.launch_sbatch import (
+    SbatchSpec,
+    sbatch_script,  # noqa: F401  (re-exported)
+    write_sbatch,
+)
 
 LAUNCHERS = ("auto", "local", "docker", "podman", "apptainer", "enroot", "sbatch")
 GPU_KINDS = ("auto", "rocm", "nvidia", "none")
@@ -67,6 +73,8 @@ class Invocation:
     mount_checks: Path | None = None
     python: str = "python3"
     env: Mapping[str, str] = field(default_factory=dict)
+    #: apptainer --rocm (host ROCm libraries over the image's): only where a site needs it.
+    bind_host_rocm: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,14 +88,14 @@ class Outcome:
 
 def resolve_target(target: str | None, project: Path | None = None) -> Target:
     """No target: this environment. A .sif or .sqsh file: that file. A recipe name or
-    file: its latest build (imagebuild.images). Anything else: an image reference."""
+    file: its latest build (imagebuild.engine.tags). Anything else: an image reference."""
     if not target:
         return Target("environment")
     if target.endswith(".sif"):
         return Target("sif", str(Path(target).resolve()))
     if target.endswith((".sqsh", ".squashfs")):
         return Target("sqsh", str(Path(target).resolve()))
-    from imagebuild.images import resolve_target as resolve_image
+    from imagebuild.engine.tags import resolve_target as resolve_image
 
     resolved = resolve_image(target, project)
     return Target("image", resolved.image, recipe=resolved.recipe.name if resolved.recipe else None)
@@ -177,7 +185,7 @@ class EventStream:
 
 def _stream_command(argv: Sequence[str], stream: EventStream, env: Mapping[str, str] | None,
                     runner: Any = None) -> int:
-    from imagebuild.engine import CommandRunner
+    from imagebuild.engine.runner import CommandRunner
 
     runner = runner or CommandRunner()
     result = runner.run(argv, env=env, on_line=stream.line, keep_lines=1)
@@ -278,9 +286,20 @@ def podman_argv(target: Target, invocation: Invocation, binary: str = "podman") 
                    "--events", "--report", "-"]
 
 
-def apptainer_argv(target: Target, invocation: Invocation, binary: str = "apptainer") -> list[str]:
-    argv = [binary, "exec"]
-    if invocation.gpus == "rocm":
+def apptainer_binary(which: Callable[[str], str | None] = shutil.which) -> str:
+    """apptainer, or singularity on hosts that have only that (same CLI for ``exec``)."""
+    if which("apptainer") or not which("singularity"):
+        return "apptainer"
+    return "singularity"
+
+
+def apptainer_argv(target: Target, invocation: Invocation, binary: str | None = None
+                   ) -> list[str]:
+    argv = [binary or apptainer_binary(), "exec"]
+    # apptainer mounts the host's /dev, so /dev/kfd and /dev/dri are there without --rocm;
+    # --rocm would bind the host's ROCm libraries over the ones the image's torch was built
+    # against. --nv is needed: an image carries no NVIDIA driver libraries.
+    if invocation.gpus == "rocm" and invocation.bind_host_rocm:
         argv.append("--rocm")
     elif invocation.gpus == "nvidia":
         argv.append("--nv")
@@ -306,55 +325,6 @@ def enroot_argvs(target: Target, invocation: Invocation, name: str,
     start += [name, *runner_command(invocation.python, invocation.runner_args)]
     return ([binary, "create", "--force", "--name", name, str(target.ref)], start,
             [binary, "remove", "--force", name])
-
-
-@dataclass(frozen=True)
-class SbatchSpec:
-    nodes: int = 2
-    gpus_per_node: int = 8
-    time: str = "00:30:00"
-    partition: str | None = None
-    account: str | None = None
-    environment: str | None = None  # CSCS Container Engine EDF name or path
-    report_dir: str = "reports"
-
-
-def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec) -> str:
-    """A batch script running one rank per GPU on every node through srun.
-
-    The runner reads SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID and the first host of
-    SLURM_JOB_NODELIST itself, so no torchrun is needed. The report lands in
-    ``report_dir`` under the submission directory (a shared file system).
-    """
-    lines = ["#!/bin/bash", "#SBATCH --job-name=imagebuild-validate",
-             f"#SBATCH --nodes={spec.nodes}", f"#SBATCH --ntasks-per-node={spec.gpus_per_node}",
-             f"#SBATCH --gpus-per-node={spec.gpus_per_node}", f"#SBATCH --time={spec.time}",
-             "#SBATCH --output=imagebuild-validate-%j.out"]
-    if spec.partition:
-        lines.append(f"#SBATCH --partition={spec.partition}")
-    if spec.account:
-        lines.append(f"#SBATCH --account={spec.account}")
-    report = f"${{SLURM_SUBMIT_DIR}}/{spec.report_dir}/validate-${{SLURM_JOB_ID}}.json"
-    args = " ".join(shlex.quote(a) for a in invocation.runner_args)
-    runner = f"{invocation.python} -m {IMAGE_PACKAGE} {args} --report {report}".replace("  ", " ")
-    lines += ["set -euo pipefail", f"mkdir -p \"${{SLURM_SUBMIT_DIR}}/{spec.report_dir}\"",
-              "# Ranks take their place from SLURM_PROCID/SLURM_LOCALID; bind each rank's",
-              "# CPUs near its GPU (the devices check reports the alignment).",
-              f"export PYTHONPATH={IMAGE_LIB}"]
-    for key, value in sorted(invocation.env.items()):
-        lines.append(f"export {key}={shlex.quote(value)}")
-    srun = "srun --cpu-bind=verbose,cores"
-    if target.kind == "sif":
-        gpu_flag = {"rocm": " --rocm", "nvidia": " --nv"}.get(invocation.gpus, "")
-        lines.append(f"{srun} apptainer exec{gpu_flag} {shlex.quote(str(target.ref))} {runner}")
-    elif spec.environment:
-        lines.append(f"{srun} --environment={shlex.quote(spec.environment)} {runner}")
-    elif target.kind == "environment":
-        lines.append(f"{srun} {runner}")
-    else:
-        raise ValidateError(f"--launcher sbatch with image {target.ref}: name a Container Engine "
-                            "environment (--environment NAME) or pass a .sif file")
-    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------------
@@ -398,11 +368,8 @@ def validate(target: Target, invocation: Invocation, *, report_path: Path | None
              docker_client: Any = None, runner: Any = None) -> Outcome:
     """Run the checks as ``invocation`` says and write the report; never prints."""
     if invocation.launcher == "sbatch":
-        script = sbatch_script(target, invocation, sbatch or SbatchSpec())
-        script_dir.mkdir(parents=True, exist_ok=True)
-        path = script_dir / f"imagebuild-validate-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.sbatch"
-        path.write_text(script)
-        path.chmod(0o755)
+        name = f"imagebuild-validate-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.sbatch"
+        path = write_sbatch(target, invocation, sbatch or SbatchSpec(), script_dir / name)
         return Outcome(None, 0, script_path=path)
     stream = EventStream(on_event, on_line)
     launcher = invocation.launcher

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from imagebuild.commands.validate import _runner_actions
-from imagebuild.engine import inherited_ulimits
+from imagebuild.engine.podman import inherited_ulimits
 from imagebuild.errors import ValidateError
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.checks.options import add_arguments
@@ -20,7 +19,6 @@ from imagebuild.validate.host import (
     CONTAINER_INPUTS,
     EventStream,
     Invocation,
-    SbatchSpec,
     Target,
     apptainer_argv,
     choose_launcher,
@@ -31,7 +29,6 @@ from imagebuild.validate.host import (
     passthrough_env,
     podman_argv,
     resolve_target,
-    sbatch_script,
     validate,
 )
 
@@ -121,23 +118,6 @@ def test_podman_apptainer_enroot_command_lines(tmp_path: Path) -> None:
     assert create == ["enroot", "create", "--force", "--name", "job1", "/x.sqsh"]
     assert start[0:2] == ["enroot", "start"] and "job1" in start
     assert remove == ["enroot", "remove", "--force", "job1"]
-
-
-def test_sbatch_script_is_valid_bash_and_runs_one_rank_per_gpu(tmp_path: Path) -> None:
-    spec = SbatchSpec(nodes=4, gpus_per_node=4, partition="normal", account="a-123",
-                      environment="rocm-7.0.2")
-    script = sbatch_script(Target("image", "img"), _invocation(launcher="sbatch"), spec)
-    assert "#SBATCH --nodes=4" in script and "#SBATCH --ntasks-per-node=4" in script
-    assert "#SBATCH --account=a-123" in script
-    assert "srun --cpu-bind=verbose,cores --environment=rocm-7.0.2 python3 -m imagebuild_checks" \
-        in script
-    path = tmp_path / "job.sbatch"
-    path.write_text(script)
-    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
-    sif = sbatch_script(Target("sif", "/scratch/x.sif"), _invocation(gpus="rocm"), spec)
-    assert "apptainer exec --rocm /scratch/x.sif python3 -m imagebuild_checks" in sif
-    with pytest.raises(ValidateError, match="--environment"):
-        sbatch_script(Target("image", "img"), _invocation(), SbatchSpec())
 
 
 def test_sbatch_launcher_writes_the_script(tmp_path: Path) -> None:

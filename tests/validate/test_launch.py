@@ -1,11 +1,23 @@
-"""Rank, world and rendezvous from torchrun and SLURM variables; Slurm node lists."""
+"""Rank, world and rendezvous from torchrun and SLURM variables; Slurm node lists; the sbatch
+launcher's batch script and the apptainer command line."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from imagebuild.errors import ValidateError
+from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE
 from imagebuild.validate.checks.data import UsageError
 from imagebuild.validate.checks.launch import detect_launch, expand_nodelist, slurm_default_port
+from imagebuild.validate.host import Invocation, Target, apptainer_argv, apptainer_binary
+from imagebuild.validate.launch_sbatch import SbatchSpec, sbatch_script, shell_value, write_sbatch
+from tests.support.validate import run_imagebuild
 
 
 @pytest.mark.parametrize(("nodelist", "hosts"), [
@@ -56,3 +68,138 @@ def test_no_launcher_and_bad_values() -> None:
     assert detect_launch({"HOME": "/root"}) is None
     with pytest.raises(UsageError, match="RANK"):
         detect_launch({"RANK": "x", "WORLD_SIZE": "2"})
+
+
+# ----------------------------------------------------------------------------------------
+# The sbatch launcher's script (run for real by test_sbatch_slurm.py)
+# ----------------------------------------------------------------------------------------
+
+SHELLCHECK = shutil.which("shellcheck")
+LUMI_G_MASKS = ("mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,"
+                "0xfe00,0xfe00000000,0xfe0000000000")
+
+
+def _invocation(gpus: str = "rocm", **kw: Any) -> Invocation:
+    fields: dict[str, Any] = {"launcher": "sbatch", "runner_args": ("--allow-cpu",),
+                              "gpus": gpus}
+    fields.update(kw)
+    return Invocation(**fields)
+
+
+def _shellcheck(script: str, tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    if SHELLCHECK is None:
+        pytest.skip("shellcheck is not installed (.ci/setup-system.sh installs it)")
+    lint = subprocess.run([SHELLCHECK, str(path)], capture_output=True, text=True, check=False)
+    assert lint.returncode == 0, lint.stdout + script
+
+
+def test_cpu_script_for_this_environment_binds_two_ranks(tmp_path: Path) -> None:
+    checks = tmp_path / "job.checks"
+    spec = SbatchSpec(nodes=1, socket_ifname="lo", report_path="/shared/r.json")
+    script = sbatch_script(Target("environment"), _invocation("none", python="/venv/bin/python"),
+                           spec, checks)
+    assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --cpus-per-task=1" in script
+    assert "--gpus" not in script and "VISIBLE_DEVICES" not in script
+    assert "srun --cpus-per-task=1 --cpu-bind=verbose,cores bash -c \"$rank_setup\" " \
+           "imagebuild-rank /venv/bin/python -m imagebuild_checks --allow-cpu " \
+           "--report \"$report\"" in script
+    assert "export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID" in script
+    assert "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')" \
+        in script
+    assert "export NCCL_SOCKET_IFNAME=lo" in script and "export GLOO_SOCKET_IFNAME=lo" in script
+    assert f"export PYTHONPATH={checks}" in script and "report=/shared/r.json" in script
+    _shellcheck(script, tmp_path)
+
+
+def test_gpu_script_one_rank_per_gpu_with_lumi_masks_and_site_env(tmp_path: Path) -> None:
+    spec = SbatchSpec(nodes=4, gpus_per_node=8, cpus_per_task=7, cpu_bind=LUMI_G_MASKS,
+                      partition="standard-g", account="project_465000000",
+                      site_env=(("NCCL_NET_GDR_LEVEL", "PHB"),
+                                ("MIOPEN_USER_DB_PATH", "/tmp/${USER}-miopen-${SLURM_NODEID}")),
+                      socket_ifname="hsn0,hsn1,hsn2,hsn3", mount_checks=True)
+    script = sbatch_script(Target("sif", "/scratch/x.sif"), _invocation(), spec,
+                           tmp_path / "job.checks")
+    for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=8", "#SBATCH --cpus-per-task=7",
+                 "#SBATCH --gpus-per-node=8", "#SBATCH --partition=standard-g",
+                 "export ROCR_VISIBLE_DEVICES=$SLURM_LOCALID",
+                 "export GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3",
+                 'export MIOPEN_USER_DB_PATH="/tmp/${USER}-miopen-${SLURM_NODEID}"',
+                 'export NCCL_NET_GDR_LEVEL="PHB"',
+                 "runtime=$(command -v apptainer || command -v singularity || echo apptainer)"):
+        assert line in script, line
+    assert f"--cpu-bind=verbose,{LUMI_G_MASKS} " in script
+    # The image's ROCm, not the host's: no --rocm unless asked for; this checkout's checks
+    # bound over the image's copy.
+    assert f'"$runtime" exec --bind {tmp_path}/job.checks:{IMAGE_LIB}:ro /scratch/x.sif ' \
+           f"python3 -m {IMAGE_PACKAGE} --allow-cpu" in script
+    assert "--rocm" not in script
+    assert "--rocm" in sbatch_script(Target("sif", "/x.sif"),
+                                     _invocation(bind_host_rocm=True), SbatchSpec())
+    _shellcheck(script, tmp_path)
+
+
+def test_container_engine_script_and_slurm_gpu_binding(tmp_path: Path) -> None:
+    spec = SbatchSpec(nodes=2, gpus_per_node=4, gpu_select="closest", environment="rocm-7.0.2")
+    script = sbatch_script(Target("image", "img"),
+                           _invocation(env={"FI_PROVIDER": "cxi", "NCCL_NET": "AWS Libfabric"}),
+                           spec)
+    assert "#SBATCH --gpus-per-task=1" in script and "--gpus-per-node" not in script
+    assert "VISIBLE_DEVICES" not in script
+    assert "--gpu-bind=closest --environment=rocm-7.0.2 bash -c" in script
+    assert "export NCCL_NET='AWS Libfabric'" in script
+    assert f"export PYTHONPATH={IMAGE_LIB}" in script
+    assert "#SBATCH --cpus-per-task=7" in script
+    _shellcheck(script, tmp_path)
+    nvidia = sbatch_script(Target("sif", "/x.sif"), _invocation("nvidia"), SbatchSpec())
+    assert "export CUDA_VISIBLE_DEVICES=$SLURM_LOCALID" in nvidia and " exec --nv " in nvidia
+
+
+def test_site_values_keep_only_variable_references(tmp_path: Path) -> None:
+    value = 'a "b" $HOME `id` \\ ${SLURM_JOB_ID}/${USER}'
+    line = f"export X={shell_value(value)}\nprintf '%s' \"$X\"\n"
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True,
+                         env={"SLURM_JOB_ID": "42", "USER": "u", "HOME": "/root", "PATH": "/usr/bin:/bin"})
+    assert out.stdout == 'a "b" $HOME `id` \\ 42/u'
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("cpu_bind", "cores; rm -rf /", "--cpu-bind"),
+    ("socket_ifname", "lo eth0", "--socket-ifname"),
+    ("gpu_select", "any", "--gpu-select"),
+    ("ntasks_per_node", 0, "--ntasks-per-node"),
+])
+def test_bad_sbatch_values_are_refused(field: str, value: Any, message: str) -> None:
+    with pytest.raises(ValidateError, match=message):
+        sbatch_script(Target("sif", "/x.sif"), _invocation(), SbatchSpec(**{field: value}))
+
+
+def test_write_sbatch_stages_the_checks_beside_the_script(tmp_path: Path) -> None:
+    path = write_sbatch(Target("environment"), _invocation("none"), SbatchSpec(),
+                        tmp_path / "v.sbatch")
+    assert (tmp_path / "v.checks" / IMAGE_PACKAGE / "__main__.py").is_file()
+    assert f"export PYTHONPATH={tmp_path}/v.checks" in path.read_text()
+
+
+def test_apptainer_or_singularity() -> None:
+    assert apptainer_binary(lambda name: f"/usr/bin/{name}") == "apptainer"
+    assert apptainer_binary(lambda name: "/usr/bin/singularity" if name == "singularity"
+                            else None) == "singularity"
+    assert apptainer_binary(lambda name: None) == "apptainer"  # its error names apptainer
+    rocm = apptainer_argv(Target("sif", "/x.sif"), _invocation(), binary="singularity")
+    assert rocm[:3] == ["singularity", "exec", "--env"]
+    assert "--rocm" in apptainer_argv(Target("sif", "/x.sif"), _invocation(bind_host_rocm=True))
+
+
+def test_cli_writes_a_script_for_this_environment(tmp_path: Path) -> None:
+    proc = run_imagebuild("validate", "--local", "--launcher", "sbatch", "--gpus", "none",
+                          "--nodes", "1", "--socket-ifname", "lo", "--allow-cpu",
+                          "--checks", "collectives", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [script] = tmp_path.glob("*.sbatch")
+    text = script.read_text()
+    assert f"{sys.executable} -m {IMAGE_PACKAGE} --checks collectives --allow-cpu" in text
+    refused = run_imagebuild("validate", "--local", "--launcher", "docker", cwd=tmp_path)
+    assert refused.returncode == 2 and "--local" in refused.stderr

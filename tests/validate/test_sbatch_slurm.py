@@ -1,0 +1,83 @@
+"""``imagebuild validate --local --launcher sbatch`` on a real SLURM cluster: the generated
+script is submitted with ``sbatch --wait`` and the report its job leaves is checked.
+
+The one-node cluster comes from .ci/setup-system.sh (slurmctld, slurmd, munge; CPU binding
+through task/affinity). The job runs the CPU suite with two ranks over gloo in this
+Python environment; the report must show both ranks, gloo collectives over world size
+two, and each rank bound to its own cores rather than the whole node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from imagebuild.validate.checks.devices import parse_cpulist
+from tests.support.validate import assert_cpu_mode_report, check, run_imagebuild
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _cluster_up() -> str | None:
+    """None when a node answers in an up state, else why not."""
+    for tool in ("sbatch", "sinfo", "scontrol"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not on PATH (.ci/setup-system.sh installs SLURM)"
+    probe = subprocess.run(["sinfo", "--noheader", "--format=%t"], capture_output=True,
+                           text=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        return f"sinfo failed: {probe.stderr.strip() or probe.returncode}"
+    states = probe.stdout.split()
+    if not any(s in ("idle", "mix", "alloc") for s in states):  # "idle*": not responding
+        return f"no SLURM node is up (states: {', '.join(states) or 'none'})"
+    return None
+
+
+def test_sbatch_job_runs_the_cpu_suite_on_two_bound_ranks(tmp_path: Path) -> None:
+    why = _cluster_up()
+    if why:
+        pytest.skip(why)
+    report_path = tmp_path / "report.json"
+    generated = run_imagebuild(
+        "validate", "--local", "--launcher", "sbatch", "--gpus", "none", "--nodes", "1",
+        "--socket-ifname", "lo", "--time", "00:10:00", "--allow-cpu",
+        "--report", str(report_path), cwd=tmp_path)
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    [script] = tmp_path.glob("imagebuild-validate-*.sbatch")
+
+    started = time.monotonic()
+    job = subprocess.run(["sbatch", "--wait", "--parsable", script.name], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=900, check=False)
+    seconds = time.monotonic() - started
+    job_id = job.stdout.strip().split(";")[0]
+    output = tmp_path / f"imagebuild-validate-{job_id}.out"
+    log = output.read_text() if output.exists() else "(no job output)"
+    assert job.returncode == 0, f"sbatch --wait exit {job.returncode}: {job.stderr}\n{log}"
+    print(f"job {job_id}: sbatch --wait took {seconds:.1f} s")
+
+    report = json.loads(report_path.read_text())
+    assert_cpu_mode_report(report, world_size=2)
+    assert report["launcher"] == "slurm" and report["summary"]["exit_code"] == 0
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert [r["local_rank"] for r in report["ranks"]] == [0, 1]
+    collectives = check(report, "collectives")
+    assert collectives["figures"]["backend"] == "gloo"
+    assert collectives["figures"]["world_size"] == 2
+
+    # Each rank's CPU set as the rank saw it (sched_getaffinity): one core each, two
+    # different cores, and not every CPU of the node.
+    node_cpus = len(os.sched_getaffinity(0))
+    per_rank = check(report, "devices")["figures"]["per_rank"]
+    affinities = [parse_cpulist(r["cpu_affinity"]) for r in per_rank]
+    assert [len(a) for a in affinities] == [1, 1], per_rank
+    assert not affinities[0] & affinities[1], per_rank
+    if node_cpus > 1:
+        assert all(len(a) < node_cpus for a in affinities)
+    # srun's own account of the binding (--cpu-bind=verbose) in the job's output.
+    assert log.count("cpu-bind=MASK") == 2, log
