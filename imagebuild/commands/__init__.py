@@ -16,4 +16,5 @@ COMMANDS = [
     "report",
     "ci",
     "schema",
+    "tune",
 ]

@@ -1,0 +1,96 @@
+"""``imagebuild tune`` subcommands end to end on CPU."""
+
+import argparse
+import csv
+import json
+
+import pytest
+import torch
+
+from imagebuild.commands import COMMANDS, tune
+from imagebuild.tune.problem import TuneError
+from imagebuild.validate.checks import tune_gemm
+
+from .test_bundle_apply import make_bundle
+from .test_rccl import LOG
+
+
+def run(argv):
+    parser = argparse.ArgumentParser(prog="imagebuild")
+    tune.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tune", *argv])
+    return args.func(args)
+
+
+def test_registered():
+    assert "tune" in COMMANDS
+
+
+def test_shapes_from_the_model(tmp_path, capsys):
+    out = tmp_path / "problems.csv"
+    assert run(["shapes", "--model", "llama-3.1-8b", "--vocab", "32000", "--fused-qkv",
+                "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 15
+    first = rows[0]
+    assert (first["m"], first["n"], first["k"], first["transA"], first["transB"]) == \
+        ("14336", "8192", "4096", "T", "N")  # gate and up forward: most FLOPs
+    assert "15 problems" in capsys.readouterr().out
+
+
+def test_shapes_local_profiles_a_cpu_step(tmp_path, capsys):
+    out = tmp_path / "problems.csv"
+    assert run(["shapes", "--local", "--seq", "32", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 15
+    assert sum(float(r["time_share"]) for r in rows) == pytest.approx(1.0, abs=1e-4)
+    assert (tmp_path / "record" / "trace.json").is_file()
+
+
+def test_shapes_without_source_is_an_error(tmp_path):
+    with pytest.raises(TuneError, match="no source"):
+        run(["shapes", "--out", str(tmp_path / "p.csv")])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU skip path")
+def test_gemm_on_cpu_skips_with_reason(tmp_path, capsys):
+    problems = tmp_path / "problems.csv"
+    run(["shapes", "--model", "llama-3.1-8b", "--out", str(problems)])
+    out = tmp_path / "bundle"
+    assert run(["gemm", str(problems), "--out", str(out)]) == 1
+    assert run(["gemm", str(problems), "--out", str(out), "--allow-cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped: GPU-only" in printed
+    record = json.loads((out / tune_gemm.RESULTS).read_text())
+    assert record["methods"]["tunableop"]["skipped"].startswith("GPU-only")
+    assert record["problems"] == []
+
+
+def test_gemm_rejects_a_broken_problems_csv(tmp_path):
+    bad = tmp_path / "p.csv"
+    bad.write_text("m,n,k\n1,2,3\n")
+    with pytest.raises(TuneError, match="missing column"):
+        run(["gemm", str(bad), "--out", str(tmp_path / "b")])
+
+
+def test_rccl_writes_collectives_and_tuner_config(tmp_path, capsys):
+    log = tmp_path / "rank0.log"
+    log.write_text(LOG)
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("collective,bytes,algorithm,protocol,busbw_gbs,nNodes,nRanks\n"
+                     "reducescatter,1048576,ring,simple,40.6,2,8\n"
+                     "reducescatter,1048576,ring,ll,21.0,2,8\n")
+    assert run(["rccl", str(log), "--sweep-results", str(sweep), "--sweep",
+                "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "collectives.csv").is_file()
+    conf = (tmp_path / "r" / "nccl_tuner.conf").read_text().splitlines()
+    assert conf[1] == "reducescatter,0,1048576,ring,simple,-1,2,8,-1,-1"
+    assert "rccl sweep: skipped: GPU-only" in capsys.readouterr().out
+
+
+def test_verify_refuses_a_mismatched_bundle(tmp_path, capsys):
+    make_bundle(tmp_path)
+    with pytest.raises(TuneError, match=r"gpu_arch: bundle has 'gfx942:sramecc\+:xnack-'"):
+        run(["verify", str(tmp_path), "--gpu-arch", "gfx90a:sramecc+:xnack-"])
+    with pytest.raises(TuneError, match=r"torch_version"):
+        run(["verify", str(tmp_path)])  # this torch is not the bundle's
