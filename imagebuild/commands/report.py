@@ -1,8 +1,10 @@
 """``imagebuild report A.json [B.json ...]``: compare validation reports side by side.
 
 Prints a table of the key figures (GEMM and attention TFLOP/s, collective bus bandwidth,
-train tokens/s, TFLOP/s, MFU and memory, and every check's status), with the ratio B/A
-for two reports, and writes a PNG plot of the numeric figures.
+the train step's configuration, TFLOP/s, MFU, memory and tokens/s, and every check's
+status), with the ratio B/A for two reports, and writes a PNG plot of the numeric figures.
+tokens/s is compared only between train steps of the same configuration; otherwise a
+note below the table says why it is left out.
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.validate.checks.report import utc_now
-from imagebuild.validate.compare import comparison_rows, label, load_report, plot
+from imagebuild.validate.compare import (
+    comparison_notes,
+    comparison_rows,
+    label,
+    load_report,
+    plot,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -34,16 +42,22 @@ def run(args: argparse.Namespace) -> int:
 
     reports = [load_report(path) for path in args.reports]
     labels = [label(r, p) for r, p in zip(reports, args.reports, strict=True)]
+    console = Console()
+    # The reports are named once, in full, above the table: long image names folded into a
+    # narrow column header are unreadable.
+    for i, text in enumerate(labels, start=1):
+        console.print(f"{i}: {escape(text)}", soft_wrap=True)
     table = Table(title="imagebuild validate: comparison")
     table.add_column("figure", style="bold")
-    for i, text in enumerate(labels, start=1):
-        table.add_column(f"{i}: {escape(text)}", justify="right", overflow="fold")
+    for i in range(1, len(labels) + 1):
+        table.add_column(str(i), justify="right")
     if len(reports) == 2:
         table.add_column("2 / 1", justify="right")
     for title, cells in comparison_rows(reports):
         table.add_row(escape(title), *(escape(c) for c in cells))
-    console = Console()
     console.print(table)
+    for note in comparison_notes(reports):
+        console.print(f"[yellow]note:[/] {escape(note)}")
     if not args.no_plot:
         path = args.plot or Path("reports") / (
             f"compare-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.png")

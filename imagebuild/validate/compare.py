@@ -1,8 +1,12 @@
 """Side-by-side comparison of validation reports (two images, or AMD vs NVIDIA) and a plot.
 
 The key figures are what decides whether an image is worth its allocation: GEMM and
-attention throughput against peak, collective bus bandwidth at the FSDP sizes, and the
-training step's tokens/s, TFLOP/s, MFU and memory.
+attention throughput against peak, collective bus bandwidth at the sizes training uses,
+and the training step's TFLOP/s, MFU, memory and tokens/s. tokens/s is shown only when
+every report trained the same configuration (blocks, sequence, micro-batch, activation
+checkpointing, ranks, precision, compile): a 6-block proxy runs several times the tokens/s
+of the 32-block model. Otherwise the row says why it is left out, and TFLOP/s per GPU and
+MFU, which count the FLOPs of what ran, carry the comparison.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
+from imagebuild.validate.checks.train_config import COMPARISON_KEYS, comparison_key, describe
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,31 @@ def _fsdp(op: str, size: int) -> Callable[[Mapping[str, Any]], Any]:
     return _figure("collectives", "fsdp_sizes", f"{op}_{size}")
 
 
+def _fsdp2_block(op: str) -> Callable[[Mapping[str, Any]], Any]:
+    """busbw of the train step's own FSDP2 per-block collective."""
+    def get(report: Mapping[str, Any]) -> Any:
+        for row in _figure("collectives", "training_sizes")(report) or []:
+            if row.get("op") == op and str(row.get("source", "")).startswith("FSDP2"):
+                return row.get("busbw_gbps")
+        return None
+    return get
+
+
+def train_configuration(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    setup = _figure("train", "configuration")(report)
+    return setup if isinstance(setup, Mapping) else None
+
+
+def _train_setup_text(report: Mapping[str, Any]) -> str | None:
+    setup = train_configuration(report)
+    if setup is None:
+        return "not recorded" if _figure("train", "layers")(report) else None
+    return f"{setup.get('workload', '?')}: {describe(setup)}"
+
+
+TOKENS_PER_S = "train tokens/s/GPU"
+
+
 KEY_FIGURES: tuple[KeyFigure, ...] = (
     KeyFigure("GPU", "", lambda r: r.get("gpu_model") or ("CPU" if r.get("mode") == "cpu"
                                                            else None), plot=False),
@@ -68,13 +98,13 @@ KEY_FIGURES: tuple[KeyFigure, ...] = (
     KeyFigure("attention bwd/fwd time", "x", _figure("attention", "bwd_fwd_time_ratio")),
     KeyFigure("all_reduce busbw", "GB/s", _figure("collectives", "busbw_gbps_at_largest",
                                                   "all_reduce")),
+    KeyFigure("FSDP2 block all_gather (bf16)", "GB/s", _fsdp2_block("all_gather")),
+    KeyFigure("FSDP2 block reduce_scatter (fp32)", "GB/s", _fsdp2_block("reduce_scatter")),
     KeyFigure("all_gather 151003136 B", "GB/s", _fsdp("all_gather", 151003136)),
     KeyFigure("reduce_scatter 302006272 B", "GB/s", _fsdp("reduce_scatter", 302006272)),
     KeyFigure("network", "", _figure("network", "network"), plot=False),
-    KeyFigure("train layers x seq", "", lambda r: (
-        f"{_figure('train', 'layers')(r)} x {_figure('train', 'seq')(r)}"
-        if _figure("train", "layers")(r) else None), plot=False),
-    KeyFigure("train tokens/s/GPU", "tokens/s", _figure("train", "tokens_per_s_per_gpu")),
+    KeyFigure("train configuration", "", _train_setup_text, plot=False),
+    KeyFigure(TOKENS_PER_S, "tokens/s", _figure("train", "tokens_per_s_per_gpu")),
     KeyFigure("train TFLOP/s/GPU", "TFLOP/s", _figure("train", "tflops_per_gpu")),
     KeyFigure("train MFU", "%", _percent("train", "mfu")),
     KeyFigure("train peak memory", "GiB", _figure("train", "peak_memory_gib")),
@@ -112,14 +142,53 @@ def label(report: Mapping[str, Any], path: Path) -> str:
     return f"{name} ({gpu})"
 
 
+def tokens_per_s_comparable(reports: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+    """(whether tokens/s of the train steps can stand side by side, why not)."""
+    ran = [r for r in reports if _figure("train", "tokens_per_s_per_gpu")(r) is not None]
+    if len(ran) < 2:
+        return True, ""
+    setups = [train_configuration(r) for r in ran]
+    if any(s is None for s in setups):
+        return False, ("tokens/s not compared: a report does not record its train "
+                       "configuration; compare TFLOP/s/GPU and MFU")
+    keys = [comparison_key(s) for s in setups]
+    if all(k == keys[0] for k in keys):
+        return True, ""
+    differing = [name for i, name in enumerate(COMPARISON_KEYS)
+                 if len({k[i] for k in keys}) > 1]
+    values = "; ".join(f"{name} " + " vs ".join(str(s.get(name)) for s in setups)
+                       for name in differing)
+    return False, (f"tokens/s not compared: the train steps differ ({values}); "
+                   "TFLOP/s/GPU and MFU count the FLOPs of what ran and compare instead")
+
+
+def comparison_notes(reports: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why a figure is left out, and which reports' train steps are proxies."""
+    notes = []
+    comparable, why = tokens_per_s_comparable(reports)
+    if not comparable:
+        notes.append(why)
+    for i, report in enumerate(reports, start=1):
+        setup = train_configuration(report) or {}
+        if setup.get("workload") == "proxy":
+            reason = (_figure("train", "proxy")(report) or {}).get("reason", "")
+            notes.append(f"report {i}: the train step is a proxy, not the full model ({reason})")
+    return notes
+
+
 def comparison_rows(reports: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
     """(figure label with unit, formatted value per report), then each check's status."""
     rows: list[tuple[str, list[str]]] = []
+    comparable, _ = tokens_per_s_comparable(reports)
     for figure in KEY_FIGURES:
         values = [figure.get(r) for r in reports]
         if all(v is None for v in values):
             continue
         title = f"{figure.label} [{figure.unit}]" if figure.unit else figure.label
+        if figure.label == TOKENS_PER_S and not comparable:
+            rows.append((title, ["not compared"] * len(reports)
+                         + (["see note"] if len(reports) == 2 else [])))
+            continue
         cells = [_format(v) for v in values]
         numeric = [v for v in values if isinstance(v, (int, float))]
         if len(reports) == 2 and len(numeric) == 2 and numeric[0]:
@@ -156,7 +225,9 @@ def plot(reports: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Path
     matplotlib.use("Agg")  # no display on clusters and CI
     import matplotlib.pyplot as plt
 
+    comparable, _ = tokens_per_s_comparable(reports)
     figures = [f for f in KEY_FIGURES if f.plot
+               and (comparable or f.label != TOKENS_PER_S)
                and any(isinstance(f.get(r), (int, float)) for r in reports)]
     if not figures:
         raise ValidateError("the reports hold no numeric figure to plot (every GPU check "

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from imagebuild.validate.checks.report import verdict_line
+from imagebuild.validate.checks.report import verdict_line, workload_notes
 
 STATUS_STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 STATUS_MARK = {"passed": "ok", "failed": "FAIL", "skipped": "skip"}
@@ -73,6 +73,8 @@ def results_table(report: Mapping[str, Any]) -> Table:
 
 def print_results(console: Console, report: Mapping[str, Any]) -> None:
     console.print(results_table(report))
+    for note in workload_notes(report):
+        console.print(f"[yellow]{escape(note)}[/]")
     line = verdict_line(report)
     console.print(f"[{'green' if report['summary']['exit_code'] == 0 else 'bold red'}]"
                   f"{escape(line)}[/]")

@@ -14,18 +14,18 @@ from torch.nn.attention import SDPBackend
 
 from imagebuild.validate.checks import attention, devices, environment, gemm, hipblaslt, network
 from imagebuild.validate.checks.gpu import arch_supported
-from imagebuild.validate.checks.timing import calibrated_time, time_loop
+from imagebuild.validate.checks.timing import calibrated_time, spread, time_loop
+from imagebuild.validate.checks.workload import GemmProblem
 
 CPU = torch.device("cpu")
 
 
 def test_gemm_code_runs_and_checks_results_on_cpu() -> None:
     assert gemm.check_correctness(CPU) is None
-    row = gemm.measure_shape(128, 96, 1, 64, CPU, target_s=0.01)
+    problem = GemmProblem(128, 96, 64, True, False, 3, "test")
+    row = gemm.measure_problem(problem, CPU, target_s=0.01)
     assert row["tflops"] > 0 and row["iters"] >= 5
-    assert row["flops"] == 2 * 128 * 96 * 64
-    batched = gemm.measure_shape(32, 16, 3, 8, CPU, target_s=0.005)
-    assert batched["flops"] == 2 * 32 * 16 * 3 * 8
+    assert row["flops"] == 2 * 128 * 96 * 64 and row["count"] == 3 and row["trans_a"]
 
 
 def test_attention_code_runs_on_cpu() -> None:
@@ -41,6 +41,14 @@ def test_attention_probe_reports_why_a_backend_cannot_run() -> None:
     # The CUDA-only efficient kernel has no CPU implementation: the reason comes back.
     why = attention.probe(SDPBackend.EFFICIENT_ATTENTION, 64, CPU, torch.float32)
     assert why and isinstance(why, str)
+
+
+def test_step_time_spread() -> None:
+    values = [0.5, 0.1, 0.4, 0.2, 0.3, 0.6, 0.7, 0.8, 0.9, 1.0, 0.55]
+    result = spread(values)
+    assert result["median"] == 0.55 and result["min"] == 0.1 and result["max"] == 1.0
+    assert result["p10"] == 0.2 and result["p90"] == 0.9 and result["count"] == 11
+    assert spread([0.1, 0.3])["median"] == pytest.approx(0.2)
 
 
 def test_timing_helpers() -> None:
@@ -196,3 +204,33 @@ def test_network_plugin_search_and_log_reading(tmp_path: Path) -> None:
     (tmp_path / "nccl.host1.1.log").write_text("another process\n")
     text, files = network.read_nccl_log(str(tmp_path / "nccl.%h.%p.log"))
     assert files == [str(log)] and "Using network Socket" in text
+
+
+def test_whole_node_affinity_fails_only_when_binding_was_expected(tmp_path: Path) -> None:
+    _sysfs(tmp_path, "0000:c1:00.0", 1, "8-15")
+    every_cpu = set(range(16))
+    _, problems, notes = devices.affinity_report(every_cpu, "0000:c1:00.0", tmp_path,
+                                                 expected_binding=None, ranks_on_node=4)
+    assert not problems and "all 16 CPUs of the node" in notes[0]
+    _, problems, _ = devices.affinity_report(every_cpu, "0000:c1:00.0", tmp_path,
+                                             expected_binding="--expect-binding",
+                                             ranks_on_node=4)
+    assert problems and "launcher was to bind it (--expect-binding)" in problems[0]
+    # one rank alone on the node may use all of it
+    _, problems, _ = devices.affinity_report(every_cpu, "0000:c1:00.0", tmp_path,
+                                             expected_binding="--expect-binding",
+                                             ranks_on_node=1)
+    assert not problems
+    # bound near its GPU: fine
+    _, problems, _ = devices.affinity_report({8, 9}, "0000:c1:00.0", tmp_path,
+                                             expected_binding="--expect-binding",
+                                             ranks_on_node=4)
+    assert not problems
+
+
+def test_binding_is_expected_from_the_flag_or_slurm() -> None:
+    assert devices.binding_expected(True, {}) == "--expect-binding"
+    assert devices.binding_expected(False, {"SLURM_CPU_BIND_TYPE": "mask_cpu:"}) == (
+        "SLURM_CPU_BIND_TYPE=mask_cpu:")
+    assert devices.binding_expected(False, {"SLURM_CPU_BIND_TYPE": "none"}) is None
+    assert devices.binding_expected(False, {}) is None

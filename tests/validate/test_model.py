@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -19,7 +18,7 @@ from imagebuild.validate.checks.llama import (
     rope_frequencies,
     rope_tables,
 )
-from imagebuild.validate.checks.sizing import estimate_layers, flops_per_token, mfu
+from imagebuild.validate.checks.sizing import flops_per_token, mfu
 
 TINY = LlamaConfig(n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn_dim=160, vocab_size=256,
                    max_seq_len=128)
@@ -129,22 +128,3 @@ def test_grouped_query_attention_shares_each_kv_head_with_its_query_group() -> N
     per_head = captured["out"].abs().sum(dim=(0, 2, 3))
     assert per_head[0] == 0 and per_head[1] == 0
     assert per_head[2] > 0 and per_head[3] > 0
-
-
-@pytest.mark.parametrize(("memory_gib", "world"), [(80, 1), (80, 8), (141, 1), (192, 8)])
-def test_layer_estimate_is_plausible_and_grows_with_memory_and_ranks(memory_gib: int,
-                                                                      world: int) -> None:
-    estimate = estimate_layers(LLAMA_3_1_8B, 8192, 1, world, memory_gib * 2**30, False)
-    assert 1 <= estimate.layers <= 32
-    more_memory = estimate_layers(LLAMA_3_1_8B, 8192, 1, world, 2 * memory_gib * 2**30, False)
-    assert more_memory.layers >= estimate.layers
-    checkpointed = estimate_layers(LLAMA_3_1_8B, 8192, 1, world, memory_gib * 2**30, True)
-    assert checkpointed.layers >= estimate.layers
-
-
-def test_layer_estimate_for_one_h100() -> None:
-    # 16 bytes of fp32 state per parameter + ~1.5 GiB of bf16 activations per layer at 8k,
-    # beside ~17 GiB of embedding/output state and the 8k x 128k loss: single digits fit.
-    estimate = estimate_layers(LLAMA_3_1_8B, 8192, 1, 1, 79 * 2**30, False)
-    assert 4 <= estimate.layers <= 10
-    assert estimate_layers(LLAMA_3_1_8B, 8192, 1, 1, 8 * 2**30, False).layers == 0

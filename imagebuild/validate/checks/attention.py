@@ -101,6 +101,11 @@ def probe(backend: Any, seq: int, device: torch.device, dtype: torch.dtype) -> s
             return "; ".join(why[:2] + [first])
 
 
+def _figure(value: float) -> float:
+    """Four significant digits: a small CPU figure stays non-zero instead of rounding to 0.0."""
+    return float(f"{value:.4g}")
+
+
 def measure(backend: Any | None, seq: int, device: torch.device,
             dtype: torch.dtype) -> dict[str, Any]:
     """Forward and forward+backward seconds and TFLOP/s (backend None: torch's choice)."""
@@ -126,10 +131,10 @@ def measure(backend: Any | None, seq: int, device: torch.device,
     bwd_s = max(both_s - fwd_s, 1e-9)
     return {
         "fwd_ms": round(fwd_s * 1e3, 3), "fwd_bwd_ms": round(both_s * 1e3, 3),
-        "fwd_tflops": round(attention_flops(1, HEADS, seq, HEAD_DIM, True, "fwd") / fwd_s / 1e12, 2),
-        "bwd_tflops": round(attention_flops(1, HEADS, seq, HEAD_DIM, True, "bwd") / bwd_s / 1e12, 2),
-        "fwd_bwd_tflops": round(
-            attention_flops(1, HEADS, seq, HEAD_DIM, True, "fwd_bwd") / both_s / 1e12, 2),
+        "fwd_tflops": _figure(attention_flops(1, HEADS, seq, HEAD_DIM, True, "fwd") / fwd_s / 1e12),
+        "bwd_tflops": _figure(attention_flops(1, HEADS, seq, HEAD_DIM, True, "bwd") / bwd_s / 1e12),
+        "fwd_bwd_tflops": _figure(
+            attention_flops(1, HEADS, seq, HEAD_DIM, True, "fwd_bwd") / both_s / 1e12),
         "bwd_fwd_time_ratio": round(bwd_s / fwd_s, 3), "iters": [fwd_iters, both_iters],
     }
 

@@ -1,8 +1,15 @@
 """collectives: all-reduce, all-gather and reduce-scatter bus bandwidth across all ranks.
 
-Sizes include the two FSDP collectives of Llama-3.1-8B (all-gather 151003136 B,
-reduce-scatter 302006272 B; REFERENCE.md). Sizes follow nccl-tests: the full buffer
-(all-reduce), the gathered output (all-gather), the scattered input (reduce-scatter).
+Three kinds of size, each row labelled by where it comes from (``source``):
+- a sweep, 1 MiB to 1 GiB in bf16 (64 KiB to 4 MiB on CPU): the threshold applies to its
+  largest size;
+- what the train step issues: FSDP2's per-block all-gather of bf16 parameters and
+  reduce-scatter of fp32 gradients, derived from the model configuration
+  (workload.fsdp_collectives: 436,224,000 B and 872,448,000 B for a Llama-3.1-8B block of
+  218,112,000 parameters; the CPU proxy's block on CPU);
+- the Megatron-LM bucket sizes measured on the cluster (151,003,136 and 302,006,272 B).
+Sizes follow nccl-tests: the full buffer (all-reduce), the gathered output (all-gather),
+the scattered input (reduce-scatter).
 Bandwidth follows nccl-tests doc/PERFORMANCE.md:
     algbw = size / time
     busbw = algbw * 2(n-1)/n   for all-reduce
@@ -18,13 +25,17 @@ import torch
 import torch.distributed as dist
 
 from .context import Context
+from .llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE
 from .result import NOT_APPLICABLE, CheckResult, below_minimum, failed, judge, merge_global, skipped
 from .timing import synchronize, time_loop
+from .workload import MEGATRON_SIZES, CollectiveSize, fsdp_collectives, megatron_collectives
 
 NAME = "collectives"
 
-GPU_SIZES = (2**20, 2**24, 2**26, 151003136, 2**28, 302006272, 2**30)
+GPU_SIZES = (2**20, 2**24, 2**26, 2**28, 2**30)
 CPU_SIZES = (2**16, 2**20, 2**22)
+SWEEP = "size sweep"
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -90,7 +101,18 @@ def verify(op: str, device: torch.device, world: int, rank: int) -> str | None:
     return None if ok else f"{op} returned wrong values on rank {rank}"
 
 
-def measure(ctx: Context, op: str, size: int, dtype: torch.dtype) -> dict[str, Any]:
+def measurements(gpu: bool, sweep: list[int]) -> list[CollectiveSize]:
+    """Every (op, size, dtype) to time: the sweep, then the train step's and Megatron's."""
+    dtype = "bfloat16" if gpu else "float32"
+    rows = [CollectiveSize(op, size, dtype, SWEEP) for op in OPS for size in sweep]
+    if gpu:
+        return rows + fsdp_collectives(LLAMA_3_1_8B) + megatron_collectives()
+    return rows + fsdp_collectives(LLAMA_CPU_SMOKE, mixed_precision=False,
+                                   model="the CPU proxy model")
+
+
+def measure(ctx: Context, op: str, size: int, dtype: torch.dtype,
+            source: str = SWEEP) -> dict[str, Any]:
     src, out, moved = _buffers(op, size, ctx.world_size, ctx.rank, ctx.device, dtype)
     gpu = ctx.device.type == "cuda"
 
@@ -110,23 +132,33 @@ def measure(ctx: Context, op: str, size: int, dtype: torch.dtype) -> dict[str, A
     slowest = ctx.max_over_ranks(seconds)
     algbw, busbw = bandwidths(op, moved, slowest, ctx.world_size)
     return {"op": op, "bytes": moved, "requested_bytes": size, "seconds": slowest,
-            "iters": iters, "algbw_gbps": round(algbw, 3), "busbw_gbps": round(busbw, 3)}
+            "iters": iters, "algbw_gbps": round(algbw, 3), "busbw_gbps": round(busbw, 3),
+            "dtype": str(dtype).replace("torch.", ""), "source": source}
 
 
 def evaluate(rows: list[dict[str, Any]], world: int, nodes: int, mode: str,
              thresholds: dict[str, float], backend: str) -> CheckResult:
-    largest = {op: max((r for r in rows if r["op"] == op), key=lambda r: r["bytes"])
-               for op in OPS if any(r["op"] == op for r in rows)}
+    swept = [r for r in rows if r.get("source", SWEEP) == SWEEP] or rows
+    largest = {op: max((r for r in swept if r["op"] == op), key=lambda r: r["bytes"])
+               for op in OPS if any(r["op"] == op for r in swept)}
     figures: dict[str, Any] = {
         "world_size": world, "nodes": nodes, "backend": backend, "results": rows,
         "busbw_gbps_at_largest": {op: r["busbw_gbps"] for op, r in largest.items()},
         "largest_bytes": {op: r["bytes"] for op, r in largest.items()},
     }
-    for size in (151003136, 302006272):
-        for row in rows:
-            if row["requested_bytes"] == size:
-                figures.setdefault("fsdp_sizes", {})[f"{row['op']}_{size}"] = row["busbw_gbps"]
+    for row in rows:
+        if row.get("source", SWEEP) != SWEEP:
+            figures.setdefault("training_sizes", []).append(
+                {k: row[k] for k in ("op", "bytes", "dtype", "source", "busbw_gbps")
+                 if k in row})
+        if row["requested_bytes"] in MEGATRON_SIZES:
+            figures.setdefault("fsdp_sizes", {})[f"{row['op']}_{row['requested_bytes']}"] = (
+                row["busbw_gbps"])
     summary = ", ".join(f"{op} {r['busbw_gbps']:.1f}" for op, r in largest.items())
+    fsdp = [r for r in rows if str(r.get("source", "")).startswith("FSDP2")]
+    if fsdp:
+        summary += "; train step's FSDP2 per-block " + ", ".join(
+            f"{r['op']} {r['bytes']:,} B {r['dtype']} {r['busbw_gbps']:.1f}" for r in fsdp)
     if mode != "gpu":
         return judge(NAME, [], f"{backend}, {world} ranks: results verified; busbw GB/s at "
                      f"the largest size: {summary} (no threshold on CPU)", figures)
@@ -147,24 +179,25 @@ def run(ctx: Context) -> CheckResult:
                        "one rank: no collective to measure (start one process per GPU: "
                        "torchrun --nproc-per-node, srun, or --nproc)")
     gpu = ctx.mode == "gpu"
-    dtype = torch.bfloat16 if gpu else torch.float32
-    sizes = ctx.options.collective_sizes or (GPU_SIZES if gpu else CPU_SIZES)
-    requested = list(sizes)
+    sweep = list(ctx.options.collective_sizes or (GPU_SIZES if gpu else CPU_SIZES))
+    wanted = measurements(gpu, sweep)
+    todo = wanted
     if gpu:
         # all-gather holds its input and output: run only sizes every rank has room for.
         free = torch.cuda.mem_get_info(ctx.device)[0]
-        fitting = [size for size in sizes if size * 2.2 < free]
-        sizes = sorted(set.intersection(*(set(f) for f in ctx.all_gather_object(fitting))))
-    if not sizes:
-        return failed(NAME, f"no collective size fits in free GPU memory (asked {requested})")
+        fitting = [i for i, c in enumerate(wanted) if c.bytes * 2.2 < free]
+        common = set.intersection(*(set(f) for f in ctx.all_gather_object(fitting)))
+        todo = [c for i, c in enumerate(wanted) if i in common]
+    if not todo:
+        return failed(NAME, f"no collective size fits in free GPU memory (asked {sweep})")
     wrong = [w for w in (verify(op, ctx.device, ctx.world_size, ctx.rank) for op in OPS) if w]
     if not ctx.agree(not wrong):
         return failed(NAME, "; ".join(wrong) or "another rank got wrong collective results")
-    rows = [measure(ctx, op, size, dtype) for op in OPS for size in sizes]
+    rows = [measure(ctx, c.op, c.bytes, DTYPES[c.dtype], c.source) for c in todo]
     if gpu:
         torch.cuda.empty_cache()
     result = evaluate(rows, ctx.world_size, ctx.nodes, ctx.mode, ctx.thresholds, ctx.backend)
-    left_out = [size for size in requested if size not in sizes]
+    left_out = [f"{c.op} {c.bytes} B ({c.source})" for c in wanted if c not in todo]
     if left_out:
         result.figures["sizes_left_out_for_memory"] = left_out
     return result

@@ -4,13 +4,16 @@ Under SLURM ranks and GPUs are not aligned by default: two ranks can land on one
 (HIP_VISIBLE_DEVICES vs ROCR_VISIBLE_DEVICES vs the local rank), and a rank's CPU set can
 sit on another NUMA node than its GPU. The GPU's NUMA node and its local CPUs come from
 /sys/bus/pci/devices/<pci id>/{numa_node,local_cpulist}; the rank's CPUs from
-os.sched_getaffinity.
+os.sched_getaffinity. When the launcher was meant to bind ranks to cores (``--expect-binding``,
+which launchers pass, or Slurm's SLURM_CPU_BIND_TYPE from ``srun --cpu-bind``), a rank
+that may run on every core of a node shared with other ranks fails too: its threads
+wander across NUMA domains and compete with the other ranks'.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +87,21 @@ def numa_distance(node_a: int, node_b: int, sys_root: Path = Path("/sys")) -> in
     return int(row[node_b]) if 0 <= node_b < len(row) else None
 
 
+def binding_expected(expect_flag: bool, environ: Mapping[str, str]) -> str | None:
+    """Why ranks should be bound to cores (None when nothing says so)."""
+    if expect_flag:
+        return "--expect-binding"
+    bind = environ.get("SLURM_CPU_BIND_TYPE", "").strip().strip(",").lower()
+    if bind and bind not in ("none", "verbose,none", "none,verbose"):
+        return f"SLURM_CPU_BIND_TYPE={environ['SLURM_CPU_BIND_TYPE']}"
+    return None
+
+
 def affinity_report(affinity: set[int], pci_bus_id: str | None,
-                    sys_root: Path = Path("/sys")) -> tuple[dict[str, Any], list[str], list[str]]:
-    """(figures, problems, notes) for one rank's CPU set against its GPU's NUMA locality."""
+                    sys_root: Path = Path("/sys"), expected_binding: str | None = None,
+                    ranks_on_node: int = 1) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(figures, problems, notes) for one rank's CPU set against its GPU's NUMA locality
+    and, when ``expected_binding`` says why, against the binding the launcher promised."""
     figures: dict[str, Any] = {"cpu_affinity": format_cpulist(affinity),
                                "cpu_count": len(affinity)}
     problems: list[str] = []
@@ -94,6 +109,19 @@ def affinity_report(affinity: set[int], pci_bus_id: str | None,
     nodes = cpu_numa_nodes(sys_root)
     rank_nodes = sorted(n for n, cpus in nodes.items() if cpus & affinity)
     figures["cpu_numa_nodes"] = rank_nodes
+    node_cpus = set().union(*nodes.values()) if nodes else set(range(os.cpu_count() or 1))
+    whole_node = bool(affinity) and node_cpus <= affinity
+    figures["whole_node_affinity"] = whole_node
+    figures["binding_expected"] = expected_binding
+    if whole_node and ranks_on_node > 1:
+        line = (f"the rank may run on all {len(node_cpus)} CPUs of the node, shared with "
+                f"{ranks_on_node - 1} other rank(s)")
+        if expected_binding:
+            problems.append(f"{line}, but the launcher was to bind it ({expected_binding}): "
+                            "bind ranks to cores near their GPU (srun --cpu-bind=..., a CPU "
+                            "mask per rank)")
+        else:
+            notes.append(f"{line}: not bound")
     if pci_bus_id is None:
         notes.append("GPU PCI address unknown in this torch: NUMA alignment not checked")
         return figures, problems, notes
@@ -165,7 +193,10 @@ def run(ctx: Context) -> CheckResult:
     if "HIP_VISIBLE_DEVICES" in visibility and "ROCR_VISIBLE_DEVICES" in visibility:
         notes.append("both HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES are set: HIP indices "
                      "count within the ROCR list")
-    aff_figures, aff_problems, aff_notes = affinity_report(affinity, gpu.pci_bus_id)
+    aff_figures, aff_problems, aff_notes = affinity_report(
+        affinity, gpu.pci_bus_id, expected_binding=binding_expected(
+            getattr(ctx.options, "expect_binding", False), os.environ),
+        ranks_on_node=ctx.local_world_size)
     figures.update(aff_figures)
     problems += aff_problems
     notes += aff_notes

@@ -1,30 +1,36 @@
-"""gemm: bf16 matrix multiply throughput on the Llama-3.1-8B training shapes vs the peak.
+"""gemm: bf16 matrix multiply throughput on the GEMMs of the Llama-3.1-8B train step.
 
-The shapes are those hipBLASLt logged during Llama-3.1-8B training ([m, n, batch, k],
-REFERENCE.md). Each is run as ``x @ w.T`` (nn.Linear's layout) into a preallocated output,
-timed with device events around a calibrated loop. A multiply of (m x k) by (k x n) is
-2*m*n*k floating-point operations (one multiply and one add per term).
+The problems are derived from the same model configuration the train check steps
+(workload.gemm_problems: every nn.Linear's forward and its two backward products at
+sequence x micro-batch tokens, in PyTorch's row-major terms with their operand
+transposes), or read from ``--gemm-problems FILE`` (a tuning tool's CSV in hipBLASLt
+column-major terms). Each runs as ``torch.mm`` on operands laid out as training holds them
+(a transposed operand is a transposed view of a contiguous tensor), into a preallocated
+output, timed with device events around a calibrated loop. A multiply of (m x k) by
+(k x n) is 2*m*n*k floating-point operations. The headline figure weights each problem
+by how often one training step runs it: all FLOPs of a step over all their time.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from .context import Context
+from .llama import LLAMA_3_1_8B
 from .result import INCOMPLETE, NO_GPU, CheckResult, below_minimum, failed, judge, skipped
 from .timing import calibrated_time
+from .workload import GemmProblem, gemm_problems, read_gemm_problems
 
 NAME = "gemm"
 
-#: [m, n, batch, k] seen in Llama-3.1-8B training (REFERENCE.md, from hipBLASLt logs).
-LLAMA_GEMM_SHAPES: tuple[tuple[int, int, int, int], ...] = (
-    (14336, 4096, 1, 8192), (4096, 14336, 1, 8192), (8192, 14336, 1, 4096),
-    (8192, 4096, 1, 6144), (8192, 4096, 1, 14336), (8192, 4096, 1, 4096),
-    (6144, 4096, 1, 8192), (4096, 4096, 1, 8192), (8192, 4096, 1, 32000),
-    (32000, 4096, 1, 8192), (8192, 6144, 1, 4096), (8192, 32000, 1, 4096),
-)
+
+def training_problems(seq: int = 8192, batch: int = 1) -> list[GemmProblem]:
+    """The GEMMs of one Llama-3.1-8B training step per rank (no recomputation counted)."""
+    config = replace(LLAMA_3_1_8B, max_seq_len=seq)
+    return gemm_problems(config, seq * batch)
 
 
 def gemm_flops(m: int, n: int, batch: int, k: int) -> int:
@@ -48,45 +54,42 @@ def check_correctness(device: torch.device) -> str | None:
     return None
 
 
-def measure_shape(m: int, n: int, batch: int, k: int, device: torch.device,
-                  target_s: float = 0.05) -> dict[str, Any]:
+def measure_problem(problem: GemmProblem, device: torch.device,
+                    target_s: float = 0.05) -> dict[str, Any]:
     dtype = torch.bfloat16
-    if batch == 1:
-        a = torch.randn(m, k, device=device, dtype=dtype)
-        w = torch.randn(n, k, device=device, dtype=dtype)
-        out = torch.empty(m, n, device=device, dtype=dtype)
-        wt = w.T
+    m, n, k = problem.m, problem.n, problem.k
+    a = (torch.randn(k, m, device=device, dtype=dtype).T if problem.trans_a
+         else torch.randn(m, k, device=device, dtype=dtype))
+    b = (torch.randn(n, k, device=device, dtype=dtype).T if problem.trans_b
+         else torch.randn(k, n, device=device, dtype=dtype))
+    out = torch.empty(m, n, device=device, dtype=dtype)
 
-        def step() -> None:
-            torch.mm(a, wt, out=out)
-    else:
-        a = torch.randn(batch, m, k, device=device, dtype=dtype)
-        w = torch.randn(batch, n, k, device=device, dtype=dtype)
-        out = torch.empty(batch, m, n, device=device, dtype=dtype)
-        wt = w.transpose(1, 2)
-
-        def step() -> None:
-            torch.bmm(a, wt, out=out)
+    def step() -> None:
+        torch.mm(a, b, out=out)
 
     seconds, iters = calibrated_time(step, device, warmup=3, target_s=target_s,
                                      min_iters=5, max_iters=200)
-    flops = gemm_flops(m, n, batch, k)
-    return {"shape": [m, n, batch, k], "seconds": seconds, "iters": iters,
-            "tflops": flops / seconds / 1e12, "flops": flops}
+    flops = problem.flops
+    return {"shape": [m, n, k], "trans_a": problem.trans_a, "trans_b": problem.trans_b,
+            "count": problem.count, "source": problem.source, "seconds": seconds,
+            "iters": iters, "tflops": flops / seconds / 1e12, "flops": flops}
 
 
 def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
-             thresholds: dict[str, float], device_label: str) -> CheckResult:
-    """Pass/fail of measured shapes against the peak: the workload-weighted throughput
-    (all FLOPs over all time) and the worst single shape."""
-    total_flops = sum(s["flops"] for s in per_shape)
-    total_time = sum(s["seconds"] for s in per_shape)
+             thresholds: dict[str, float], device_label: str,
+             origin: str = "Llama-3.1-8B training GEMMs") -> CheckResult:
+    """Pass/fail of measured problems against the peak: the workload-weighted throughput
+    (all FLOPs of a step over all their time, each problem counted as often as a step runs
+    it) and the worst single problem."""
+    total_flops = sum(s["flops"] * s.get("count", 1) for s in per_shape)
+    total_time = sum(s["seconds"] * s.get("count", 1) for s in per_shape)
     aggregate = total_flops / total_time / 1e12
     worst = min(per_shape, key=lambda s: s["tflops"])
     figures: dict[str, Any] = {
         "shapes": [{k: v for k, v in s.items() if k != "flops"} for s in per_shape],
         "tflops": round(aggregate, 2), "worst_shape": worst["shape"],
         "worst_shape_tflops": round(worst["tflops"], 2), "peak_tflops": peak,
+        "problems_from": origin,
     }
     if peak is None:
         return skipped(NAME, INCOMPLETE,
@@ -104,7 +107,7 @@ def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
                       f"{worst['tflops']:.1f} TFLOP/s"),
     ) if p]
     ok = (f"{aggregate:.1f} TFLOP/s = {fraction:.0%} of {peak:g} peak over {len(per_shape)} "
-          f"Llama-3.1-8B shapes; worst {worst['shape']} {worst['tflops']:.1f}")
+          f"{origin}; worst {worst['shape']} {worst['tflops']:.1f}")
     return judge(NAME, problems, ok, figures)
 
 
@@ -114,7 +117,15 @@ def run(ctx: Context) -> CheckResult:
     wrong = check_correctness(ctx.device)
     if wrong:
         return failed(NAME, wrong)
-    per_shape = [measure_shape(m, n, b, k, ctx.device) for m, n, b, k in LLAMA_GEMM_SHAPES]
+    if ctx.options.gemm_problems:
+        problems = read_gemm_problems(ctx.options.gemm_problems)
+        origin = f"problems of {ctx.options.gemm_problems}"
+    else:
+        seq = ctx.options.train_seq or 8192
+        problems = training_problems(seq, ctx.options.train_batch)
+        origin = (f"Llama-3.1-8B training GEMMs (seq {seq} x micro-batch "
+                  f"{ctx.options.train_batch})")
+    per_shape = [measure_problem(p, ctx.device) for p in problems]
     torch.cuda.empty_cache()
     label = ctx.gpu.name if ctx.gpu else "this GPU"
-    return evaluate(per_shape, ctx.peak_tflops, ctx.thresholds, label)
+    return evaluate(per_shape, ctx.peak_tflops, ctx.thresholds, label, origin)

@@ -1,10 +1,17 @@
-"""network: RCCL/NCCL uses the RDMA network plugin, not a silent fallback to sockets.
+"""network: RCCL/NCCL uses the RDMA network plugin and provider, not a silent fallback.
 
 The runner sets NCCL_DEBUG=INFO and NCCL_DEBUG_FILE before the process group starts
-(unless the user set NCCL_DEBUG), so each rank's log is a file this check reads. A
-multi-node run that says "Using network Socket" fails: on Slingshot that is the
-aws-ofi plugin missing or not loading (REFERENCE.md). The plugin library the manifest
-names must exist and load (dlopen, as RCCL does).
+(unless the user set NCCL_DEBUG), so each rank's log is a file this check reads. What
+fails, each with its cause named from the log (nccl_log.failure_cause):
+- the net plugin the image ships (manifest) not loaded: RCCL says "No plugin found
+  (librccl-net.so), using internal implementation" or "Plugin load returned ...": a
+  missing file, or a symbol version the loaded libfabric lacks (aws-ofi-rccl built against
+  libfabric 2.x needs fi_getinfo@FABRIC_1.8, which 1.x does not have);
+- a multi-node run on "Using network Socket" (TCP instead of Slingshot RDMA);
+- a libfabric provider other than the expected one (--expect-net-provider, else
+  $FI_PROVIDER: "NET/OFI Selected Provider is cxi" on HPE Slingshot);
+- a multi-node run whose log says GPU-direct RDMA is disabled and no channel uses it.
+The plugin library the manifest names must also exist and load (dlopen, as RCCL does).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import torch.distributed as dist
 
 from .context import Context
 from .manifest import section
-from .nccl_log import parse
+from .nccl_log import NcclLogSummary, parse
 from .result import INCOMPLETE, NO_GPU, NOT_APPLICABLE, CheckResult, failed, judge, skipped
 
 NAME = "network"
@@ -111,9 +118,9 @@ def run(ctx: Context) -> CheckResult:
     figures.update(summary.to_dict())
     figures["log_files"] = files
     figures["nodes"] = ctx.nodes
-    expected = figures["plugin_expected"]
-    if expected and summary.plugin_errors and not summary.plugin_loaded and not summary.ofi:
-        problems.append("RCCL/NCCL did not load the network plugin: " + summary.plugin_errors[0])
+    problems += judge_log(summary, ctx.nodes, figures["plugin_expected"],
+                          expected_provider(ctx.options))
+    figures["expected_provider"] = expected_provider(ctx.options)
     if summary.network is None:
         if problems:
             return failed(NAME, "; ".join(problems), figures)
@@ -121,15 +128,44 @@ def run(ctx: Context) -> CheckResult:
                if ctx.nccl_log_pattern is None else "the NCCL debug log names no network")
         cause = INCOMPLETE if ctx.nodes > 1 else NOT_APPLICABLE
         return skipped(NAME, cause, f"cannot tell which network RCCL/NCCL uses: {why}", figures)
-    if ctx.nodes > 1 and summary.fell_back_to_socket:
-        problems.append(
-            f"multi-node run ({ctx.nodes} nodes) fell back to TCP sockets ('Using network "
-            f"Socket'): the RDMA network plugin is missing or did not load"
-            + (f" ({summary.plugin_errors[0]})" if summary.plugin_errors else ""))
     scope = f"{ctx.nodes} nodes" if ctx.nodes > 1 else "single node, network initialised only"
     plugin = f", plugin {summary.plugin_loaded}" if summary.plugin_loaded else ""
+    provider = f", provider {summary.provider}" if summary.provider else ""
+    gdr = {True: "in use", False: "disabled", None: "not reported"}[summary.gdr]
     transports = ", ".join(summary.transports) or "none logged"
     return judge(NAME, problems,
-                 f"network {summary.network!r}{plugin}; transports {transports} ({scope})",
-                 figures)
+                 f"network {summary.network!r}{plugin}{provider}; GPU-direct RDMA {gdr}; "
+                 f"transports {transports} ({scope})", figures)
 
+
+def expected_provider(options: Any, environ: dict[str, str] | None = None) -> str | None:
+    environ = dict(os.environ) if environ is None else environ
+    return getattr(options, "expect_net_provider", None) or environ.get("FI_PROVIDER") or None
+
+
+def judge_log(summary: NcclLogSummary, nodes: int, plugin_expected: bool,
+              provider: str | None) -> list[str]:
+    """Problems in what RCCL/NCCL's log says about the network, each naming its cause."""
+    problems: list[str] = []
+    causes = summary.plugin_failure_causes
+    not_loaded = summary.plugin_loaded is None and not summary.ofi
+    if plugin_expected and not_loaded and (causes or summary.internal_fallback):
+        problems.append("RCCL/NCCL did not load the network plugin, it uses its internal "
+                        f"implementation: {causes[0] if causes else 'no plugin found'}")
+    if nodes > 1 and summary.fell_back_to_socket:
+        problems.append(
+            f"multi-node run ({nodes} nodes) fell back to TCP sockets ('Using network "
+            "Socket'): " + (causes[0] if causes else "the RDMA network plugin is missing or "
+                            "did not load"))
+    if provider and summary.provider and summary.provider.lower() != provider.lower():
+        problems.append(f"libfabric provider {summary.provider!r} selected, expected "
+                        f"{provider!r} (wrong provider: check FI_PROVIDER and that the "
+                        f"{provider} provider is in the libfabric the plugin loads)")
+    elif provider and nodes > 1 and summary.ofi and not summary.provider:
+        problems.append(f"the OFI plugin loaded but the log names no provider; expected "
+                        f"{provider!r}")
+    if nodes > 1 and summary.gdr is False and not summary.fell_back_to_socket:
+        problems.append("GPU-direct RDMA is not in use across nodes ("
+                        + summary.gdr_lines[0] + "); check NCCL_NET_GDR_LEVEL and the "
+                        "peer-memory/dma-buf support of the driver")
+    return problems

@@ -82,19 +82,33 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                         "302006272 on GPU; 64K,1M,4M on CPU)")
     t = parser.add_argument_group("train step")
     t.add_argument("--train-layers", type=_positive, default=None, metavar="N",
-                   help="transformer layers (default: what fits in GPU memory, at most 32)")
+                   help="transformer blocks; fewer than the model's 32 make a declared proxy "
+                        "(default: all 32 when the ranks can hold them, else a proxy)")
     t.add_argument("--train-seq", type=_positive, default=None, metavar="N",
                    help="sequence length (default 8192; 256 in CPU mode)")
     t.add_argument("--train-batch", type=_positive, default=1, metavar="N",
                    help="sequences per rank and step (default 1)")
     t.add_argument("--train-steps", type=_positive, default=None, metavar="N",
-                   help="timed steps (default 10; 4 in CPU mode)")
+                   help="timed steps (default 20; 4 in CPU mode)")
     t.add_argument("--train-warmup", type=_positive, default=None, metavar="N",
-                   help="untimed warm-up steps (default 3; 1 in CPU mode)")
+                   help="untimed warm-up steps (default 5; 1 in CPU mode)")
     t.add_argument("--compile", action="store_true",
                    help="torch.compile each transformer block (slower start, faster steps)")
-    t.add_argument("--activation-checkpointing", choices=("none", "full"), default="none",
-                   help="recompute each block in backward to fit more layers (default none)")
+    t.add_argument("--activation-checkpointing", choices=("auto", "none", "selective", "full"),
+                   default="auto",
+                   help="recompute blocks in backward: none, selective (every other block) or "
+                        "full (default auto: the cheapest that fits all 32 blocks)")
+    t.add_argument("--gemm-problems", default=None, metavar="CSV",
+                   help="GEMM problems for the gemm check instead of those of the train step "
+                        "(CSV columns m,n,k,transA,transB[,count] in hipBLASLt column-major "
+                        "terms)")
+    n = parser.add_argument_group("network and placement")
+    n.add_argument("--expect-net-provider", default=None, metavar="NAME",
+                   help="libfabric provider RCCL/NCCL must select, e.g. cxi on HPE Slingshot "
+                        "(default: $FI_PROVIDER when set)")
+    n.add_argument("--expect-binding", action="store_true",
+                   help="the launcher binds each rank to cores near its GPU: a rank on every "
+                        "core of the node fails (also implied by SLURM_CPU_BIND_TYPE)")
     if not output:
         return
     o = parser.add_argument_group("output")
@@ -132,5 +146,12 @@ def manifest_path(options: argparse.Namespace) -> str:
 def check_consistency(options: argparse.Namespace) -> None:
     if not selected_checks(options):
         raise UsageError("--checks/--skip leave no check to run")
+    if options.gemm_problems:
+        from .workload import read_gemm_problems
+
+        try:
+            read_gemm_problems(options.gemm_problems)
+        except ValueError as exc:
+            raise UsageError(f"--gemm-problems: {exc}") from None
     if options.peak_tflops is not None and options.peak_tflops <= 0:
         raise UsageError(f"--peak-tflops {options.peak_tflops}: expected a positive number")

@@ -22,7 +22,8 @@ EVENT_PREFIX = "@@imagebuild-validate "
 
 
 def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.UTC)
+    # datetime.UTC is 3.11+: the checks run on 3.10 too.
+    return _dt.datetime.now(_dt.timezone.utc)  # noqa: UP017
 
 
 def default_report_path(host: str, when: _dt.datetime) -> Path:
@@ -73,11 +74,35 @@ def build_report(*, results: Sequence[CheckResult], started: _dt.datetime,
 
 
 def write_report(report: Mapping[str, Any], path: Path) -> Path:
+    """Write atomically: a reader (or a job killed mid-write) sees the old or the new file,
+    never half of one. The temporary name is unique per process and flushed to disk
+    before the rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(json.dumps(report, indent=2, sort_keys=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
+
+
+def workload_notes(report: Mapping[str, Any]) -> list[str]:
+    """Lines a reader must not miss beside the table: a train step that was a proxy."""
+    notes = []
+    for check in report.get("checks", []):
+        figures = check.get("figures") or {}
+        if check.get("name") == "train" and figures.get("workload") == "proxy":
+            proxy = figures.get("proxy") or {}
+            notes.append(f"note: the train step ran a PROXY ({proxy.get('layers')} of "
+                         f"{proxy.get('full_layers')} blocks), not the full model: its tokens/s "
+                         f"are not Llama-3.1-8B's and no MFU threshold was applied. Why: "
+                         f"{proxy.get('reason')}")
+    return notes
 
 
 def verdict_line(report: Mapping[str, Any]) -> str:
@@ -116,7 +141,8 @@ def format_table(report: Mapping[str, Any], width: int = 120) -> str:
     header = (f"imagebuild validate on {report.get('host')} ({report.get('mode')} mode, "
               f"{report.get('world_size')} rank(s), {report.get('nodes')} node(s)"
               + (f", {report['gpu_model']}" if report.get("gpu_model") else "") + ")")
-    return "\n".join([header, ""] + lines + ["", verdict_line(report)])
+    notes = [line for note in workload_notes(report) for line in _wrap(note, width)]
+    return "\n".join([header, ""] + lines + [""] + notes + [verdict_line(report)])
 
 
 def _wrap(text: str, width: int) -> list[str]:

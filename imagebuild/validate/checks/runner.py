@@ -3,8 +3,10 @@
 Every rank runs every check (SPMD, whatever started it: torchrun, srun, or this runner,
 which starts one process per GPU, or two in CPU mode, when nothing else did). After each
 check the ranks exchange their results over a gloo group and rank 0 merges them, prints
-progress, and at the end writes the JSON report and prints the table (or, with
---events, streams JSON lines for a host that renders them).
+progress, rewrites the JSON report after every check (atomically: a temporary file
+renamed over it, so a crash or a job's time limit leaves the finished checks on disk,
+marked ``complete: false``), and at the end prints the table (or, with --events, streams
+JSON lines for a host that renders them).
 """
 
 from __future__ import annotations
@@ -236,6 +238,8 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
                   host=ctx.host)
     results: list[CheckResult] = []
+    facts = _run_facts(options, ctx, ranks) if ctx.rank == 0 else {}
+    destination = _destination(options, ctx, started)
     for index, name in enumerate(names, start=1):
         progress.emit("check_started", name=name, index=index, total=len(names))
         module = importlib.import_module(f".{name}", __package__)
@@ -252,6 +256,8 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
         merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
         results.append(merged)
         progress.emit("check_finished", result=merged.to_dict())
+        if ctx.rank == 0 and destination is not None and index < len(names):
+            _write_partial(facts, results, names[index:], started, options, destination)
         del result, gathered
         gc.collect()  # the check's tensors (a whole model for train) go before the next
         if gpu:
@@ -259,7 +265,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
 
     code = exit_code(results, options.allow_cpu)
     if ctx.rank == 0:
-        code = _finish(options, ctx, ranks, results, started)
+        code = _finish(options, facts, results, started, destination)
     code = ctx.all_gather_object(code)[0]
     # Drop what still holds the process groups (a train check's FSDP mesh, collectives'
     # work handles) while they are alive: left to interpreter exit, torch 2.13's gloo
@@ -287,12 +293,12 @@ def _gather_results(ctx: Any, name: str, result: CheckResult) -> list[dict[str, 
     raise RanksOutOfStep(f"ranks could not agree on the results of {name}")
 
 
-def _finish(options: Any, ctx: Any, ranks: list[dict[str, Any]], results: list[CheckResult],
-            started: _dt.datetime) -> int:
+def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the report says about the run, besides the checks (gathered once, rank 0)."""
     from .environment import installed_versions
 
     manifest = ctx.manifest or {}
-    run = {
+    return {
         "host": ctx.host,
         "hosts": sorted(set(ctx.hosts)),
         "nodes": ctx.nodes,
@@ -315,13 +321,33 @@ def _finish(options: Any, ctx: Any, ranks: list[dict[str, Any]], results: list[C
         "options": {key: value for key, value in sorted(vars(options).items())
                     if key not in ("events",)},
     }
-    report = build_report(results=results, started=started, finished=utc_now(), run=run,
+
+
+def _destination(options: Any, ctx: Any, started: _dt.datetime) -> Path | None:
+    if options.report == "-" or ctx.rank != 0:
+        return None
+    return Path(options.report) if options.report else default_report_path(ctx.host, started)
+
+
+def _write_partial(facts: dict[str, Any], results: list[CheckResult], pending: list[str],
+                   started: _dt.datetime, options: Any, destination: Path) -> None:
+    """The report so far, so that a run cut short keeps its finished checks."""
+    report = build_report(results=results, started=started, finished=utc_now(),
+                          run={**facts, "complete": False, "checks_pending": pending},
+                          allow_cpu=options.allow_cpu)
+    try:
+        write_report(report, destination)
+    except OSError as exc:
+        print(f"warning: cannot write report {destination}: {exc.strerror}", file=sys.stderr)
+
+
+def _finish(options: Any, facts: dict[str, Any], results: list[CheckResult],
+            started: _dt.datetime, destination: Path | None) -> int:
+    report = build_report(results=results, started=started, finished=utc_now(),
+                          run={**facts, "complete": True, "checks_pending": []},
                           allow_cpu=options.allow_cpu)
     code = report["summary"]["exit_code"]
-    destination = None
-    if options.report != "-":
-        destination = Path(options.report) if options.report else default_report_path(
-            ctx.host, started)
+    if destination is not None:
         try:
             write_report(report, destination)
         except OSError as exc:

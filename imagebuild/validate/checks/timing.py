@@ -50,3 +50,17 @@ def calibrated_time(fn: Callable[[], object], device: torch.device, *, warmup: i
     iters = int(target_s / estimate) if estimate > 0 else max_iters
     iters = max(min_iters, min(max_iters, iters))
     return time_loop(fn, device, iters), iters
+
+
+def spread(samples: list[float]) -> dict[str, float]:
+    """Median, min, max, p10 and p90 (nearest rank) of ``samples``, which must not be empty."""
+    ordered = sorted(samples)
+    count = len(ordered)
+
+    def rank(fraction: float) -> float:
+        return ordered[min(count - 1, max(0, round(fraction * (count - 1))))]
+
+    middle = count // 2
+    median = ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "p10": rank(0.1),
+            "p90": rank(0.9), "count": count}

@@ -1,14 +1,22 @@
-"""train: a short Llama-3.1-8B training step, random weights, real architecture.
+"""train: a Llama-3.1-8B training step, random weights, real architecture, full depth.
 
-bf16 compute with fp32 master weights through FSDP2 (fully_shard with a mixed-precision
-policy, as torchtitan trains Llama-3.1-8B), fused AdamW, gradient clipping, sequence 8192,
-one sequence per rank. The number of layers defaults to what fits in the GPU's free memory
-(sizing.estimate_layers) and is reported. The same batch is fed every step, so a healthy
-stack shows the loss falling within a few steps. Warm-up steps, then timed steps with one
-synchronisation at each end; losses stay on the device until the timing has ended.
+bf16 compute with fp32 master weights through FSDP2 (fully_shard per block and at the
+root with a bf16-param / fp32-reduce MixedPrecisionPolicy, as torchtitan trains
+Llama-3.1-8B), fused AdamW, gradient clipping, sequence 8192, micro-batch 1 per rank.
+All 32 blocks are trained whenever the ranks can hold them; plan.py picks the activation
+checkpointing (none, selective = every other block, full) that fits. When even full
+checkpointing cannot fit (one GPU holds 128 GB of fp32 state for 8B parameters), the step
+is a declared proxy with fewer blocks: the report says ``workload: proxy`` with its exact
+configuration, and the full-model MFU threshold is not applied to it.
 
-CPU mode runs the same code with a small configuration of the same architecture
-(llama.LLAMA_CPU_SMOKE) in float32 over gloo.
+The same batch is fed every step, so a healthy stack shows the loss falling. Warm-up
+steps, then timed steps: device events between steps (no host synchronisation inside the
+loop) give each step's time, the slowest rank's per step; losses stay on the device until
+the timing has ended. An out-of-memory is a failed result naming what ran out and what
+was tried.
+
+CPU mode runs the same code on a reduced-width configuration of the same architecture
+(llama.LLAMA_CPU_SMOKE) in float32 over gloo: always a proxy.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import math
 import time
 import warnings
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -24,10 +33,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from .context import Context
-from .llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE, Llama, LlamaConfig, parameter_counts
-from .result import INCOMPLETE, CheckResult, below_minimum, judge, merge_global, skipped
-from .sizing import GIB, estimate_layers, flops_per_token, mfu
+from .llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE, Llama, LlamaConfig
+from .plan import GIB, TrainPlan, checkpointed_blocks, plan_training
+from .result import INCOMPLETE, CheckResult, below_minimum, failed, judge, merge_global, skipped
 from .timing import synchronize
+from .train_figures import configuration, figures_of, out_of_memory_reason
 
 NAME = "train"
 
@@ -57,14 +67,25 @@ class Checkpointed(nn.Module):
         return checkpoint(self.block, x, cos, sin, use_reentrant=False)
 
 
-def build(ctx: Context, config: LlamaConfig, dtype: torch.dtype) -> tuple[nn.Module, Any, dict]:
+def apply_checkpointing(model: Llama, mode: str) -> list[int]:
+    """Wrap the blocks ``mode`` recomputes (selective: every other one, counted from the
+    second, as torchtitan's layer-level selective AC); returns their indices."""
+    count = len(model.layers)
+    chosen = (list(range(count)) if mode == "full"
+              else list(range(1, count, 2)) if mode == "selective" else [])
+    assert len(chosen) == checkpointed_blocks(count, mode)
+    for index in chosen:
+        model.layers[index] = Checkpointed(model.layers[index])
+    return chosen
+
+
+def build(ctx: Context, config: LlamaConfig, dtype: torch.dtype,
+          ac: str) -> tuple[nn.Module, Any, dict]:
     """The sharded model and its optimizer, materialised on the device."""
     info: dict[str, Any] = {}
     with torch.device("meta"):
         model = Llama(config)
-    if ctx.options.activation_checkpointing == "full":
-        for i, block in enumerate(model.layers):
-            model.layers[i] = Checkpointed(block)
+    info["checkpointed_blocks"] = len(apply_checkpointing(model, ac))
     if ctx.options.compile:
         for block in model.layers:
             block.compile()
@@ -101,15 +122,26 @@ def build(ctx: Context, config: LlamaConfig, dtype: torch.dtype) -> tuple[nn.Mod
     return model, optimizer, info
 
 
-def choose_layers(ctx: Context, base: LlamaConfig, seq: int, batch: int) -> tuple[int, str, dict]:
-    if ctx.options.train_layers:
-        return ctx.options.train_layers, "--train-layers", {}
+def choose_plan(ctx: Context, base: LlamaConfig, seq: int, batch: int) -> TrainPlan:
+    opts = ctx.options
+    layers = opts.train_layers
+    ac = opts.activation_checkpointing
     if ctx.mode != "gpu":
-        return base.n_layers, "CPU configuration", {}
+        depth = layers or base.n_layers
+        return TrainPlan("proxy", depth, LLAMA_3_1_8B.n_layers, "none" if ac == "auto" else ac,
+                         f"CPU mode: a reduced-width model of the same architecture ({depth} "
+                         f"blocks, width {base.dim}, vocabulary {base.vocab_size}) in float32")
     free = min(int(f) for f in ctx.all_gather_object(torch.cuda.mem_get_info(ctx.device)[0]))
-    estimate = estimate_layers(base, seq, batch, ctx.world_size, free,
-                               ctx.options.activation_checkpointing == "full")
-    return estimate.layers, "fits in free memory (estimate)", estimate.to_dict()
+    return plan_training(base, seq, batch, ctx.world_size, free, ac, layers)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    if isinstance(exc, oom):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text
+                                              or "can't allocate memory" in text)
 
 
 def run(ctx: Context) -> CheckResult:
@@ -117,18 +149,39 @@ def run(ctx: Context) -> CheckResult:
     opts = ctx.options
     seq = opts.train_seq or (8192 if gpu else 256)
     batch = opts.train_batch
-    steps = opts.train_steps or (10 if gpu else 4)
-    warmup = opts.train_warmup or (3 if gpu else 1)
+    steps = opts.train_steps or (20 if gpu else 4)
+    warmup = opts.train_warmup or (5 if gpu else 1)
     dtype = torch.bfloat16 if gpu else torch.float32
     base = replace(LLAMA_3_1_8B if gpu else LLAMA_CPU_SMOKE, max_seq_len=seq)
-    layers, layers_source, estimate = choose_layers(ctx, base, seq, batch)
-    if layers < 1:
-        return skipped(NAME, INCOMPLETE, "not even one Llama-3.1-8B layer fits in free GPU "
-                       f"memory at seq {seq} ({estimate}); try --train-seq or "
-                       "--activation-checkpointing full", {"memory_estimate": estimate})
-    config = base.with_layers(layers)
-    model, optimizer, info = build(ctx, config, dtype)
+    if opts.train_layers and opts.train_layers > base.n_layers:
+        return failed(NAME, f"--train-layers {opts.train_layers}: the model has "
+                      f"{base.n_layers} blocks")
+    plan = choose_plan(ctx, base, seq, batch)
+    config = base.with_layers(max(plan.layers, 1))
+    setup = configuration(ctx, config, plan, seq, batch, dtype)
+    if plan.layers < 1:
+        return failed(NAME, f"not even one Llama-3.1-8B block fits at seq {seq}: "
+                      f"{plan.reason}; try --train-seq", {"configuration": setup,
+                                                         "memory_plan": plan.to_dict()})
+    phase = ["building the sharded model"]
+    try:
+        measured = _train(ctx, config, plan, dtype, seq, batch, steps, warmup, phase)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        peak = torch.cuda.max_memory_allocated(ctx.device) / GIB if gpu else None
+        return failed(NAME, out_of_memory_reason(exc, ctx, setup, plan, phase[0], peak),
+                      {"configuration": setup, "workload": plan.workload,
+                       "memory_plan": plan.to_dict(), "out_of_memory": True})
+    figures = figures_of(ctx, config, plan, setup, seq, batch, steps, warmup, measured)
+    return evaluate(figures, measured["all_losses"], ctx.peak_tflops, ctx.thresholds, gpu)
 
+
+def _train(ctx: Context, config: LlamaConfig, plan: TrainPlan, dtype: torch.dtype, seq: int,
+           batch: int, steps: int, warmup: int, phase: list[str]) -> dict[str, Any]:
+    """Build, warm up and time; the model lives in this frame only, so an exception (an
+    out-of-memory) releases it on the way out."""
+    model, optimizer, info = build(ctx, config, dtype, plan.activation_checkpointing)
     generator = torch.Generator(device=ctx.device).manual_seed(1000 + ctx.rank)
     tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), device=ctx.device,
                            generator=generator)
@@ -145,58 +198,37 @@ def run(ctx: Context) -> CheckResult:
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
+    gpu = ctx.device.type == "cuda"
     if gpu:
         torch.cuda.reset_peak_memory_stats(ctx.device)
+    phase[0] = "the first training step (warm-up)"
     losses = [step() for _ in range(warmup)]
     synchronize(ctx.device)
     ctx.barrier()
+    phase[0] = "a timed training step"
+    marks: list[Any] = []
+
+    def mark() -> None:
+        if gpu:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            marks.append(event)
+        else:
+            marks.append(time.perf_counter())
+
     begin = time.perf_counter()
+    mark()
     for _ in range(steps):
         losses.append(step())  # no .item() here: that would sync the host every step
+        mark()
     synchronize(ctx.device)
     elapsed = ctx.max_over_ranks(time.perf_counter() - begin)
-
+    local_steps = ([a.elapsed_time(b) / 1e3 for a, b in pairwise(marks)] if gpu
+                   else [b - a for a, b in pairwise(marks)])
+    per_rank_steps = ctx.all_gather_object(local_steps, tag="train-steps")
     local = [float(x) for x in torch.stack(losses).float().cpu().tolist()]
-    all_losses = ctx.all_gather_object(local)
-    mean_losses = [sum(values) / len(values) for values in zip(*all_losses)]
-    figures = _figures(ctx, config, seq, batch, steps, warmup, elapsed, mean_losses,
-                       layers_source, estimate, info, dtype)
-    return evaluate(figures, all_losses, ctx.peak_tflops, ctx.thresholds, gpu)
-
-
-def _figures(ctx: Context, config: LlamaConfig, seq: int, batch: int, steps: int, warmup: int,
-             elapsed: float, losses: list[float], layers_source: str, estimate: dict,
-             info: dict, dtype: torch.dtype) -> dict[str, Any]:
-    tokens_per_step = batch * seq
-    tokens_per_s = tokens_per_step * steps / elapsed
-    flops_token = flops_per_token(config, seq)
-    figures: dict[str, Any] = {
-        "model": {"layers": config.n_layers, "dim": config.dim, "heads": config.n_heads,
-                  "kv_heads": config.n_kv_heads, "ffn_dim": config.ffn_dim,
-                  "vocab": config.vocab_size, "rope_theta": config.rope_theta,
-                  "parameters": parameter_counts(config)["total"]},
-        "layers": config.n_layers, "layers_source": layers_source, "memory_estimate": estimate,
-        "seq": seq, "batch_per_rank": batch, "world_size": ctx.world_size, "dtype": str(dtype),
-        "steps": steps, "warmup_steps": warmup, "step_time_s": round(elapsed / steps, 4),
-        "tokens_per_s_per_gpu": round(tokens_per_s, 1),
-        "tokens_per_s_total": round(tokens_per_s * ctx.world_size, 1),
-        "flops_per_token": flops_token,
-        "tflops_per_gpu": round(tokens_per_s * flops_token / 1e12, 3),
-        "loss_first": losses[0], "loss_last": losses[-1], "losses": [round(x, 4) for x in losses],
-        "compile": bool(ctx.options.compile),
-        "activation_checkpointing": ctx.options.activation_checkpointing, **info,
-    }
-    if ctx.mode == "gpu":
-        figures["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(ctx.device) / GIB, 2)
-        figures["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved(ctx.device) / GIB, 2)
-        figures["device_memory_gib"] = round(
-            torch.cuda.get_device_properties(ctx.device).total_memory / GIB, 2)
-    else:
-        import resource
-
-        figures["peak_rss_gib"] = round(
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 3)
-    return figures
+    return {"elapsed": elapsed, "step_times": [max(t) for t in zip(*per_rank_steps)],
+            "all_losses": ctx.all_gather_object(local), "info": info}
 
 
 def evaluate(figures: dict[str, Any], rank_losses: list[list[float]], peak: float | None,
@@ -212,28 +244,42 @@ def evaluate(figures: dict[str, Any], rank_losses: list[list[float]], peak: floa
                         f"batch ({first:.4f} -> {last:.4f})")
     if not figures["tokens_per_s_per_gpu"] > 0:
         problems.append("no tokens processed")
-    summary = (f"{figures['layers']} layers ({figures['layers_source']}), seq {figures['seq']}: "
-               f"{figures['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
+    proxy = figures.get("workload") == "proxy"
+    setup = figures.get("configuration") or {}
+    spread = figures.get("step_time_spread_s")
+    shape = (f"{setup.get('layers', figures['layers'])} blocks, seq {figures['seq']}, "
+             f"micro-batch {setup.get('micro_batch', 1)}, AC "
+             f"{setup.get('activation_checkpointing', '?')}, {setup.get('world_size', '?')} "
+             f"rank(s)")
+    head = (f"PROXY, not the full model ({(figures.get('proxy') or {}).get('reason', '')}); "
+            f"{shape}" if proxy else f"full model: {shape}")
+    summary = (f"{head}: {figures['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
                f"{figures['tflops_per_gpu']:.3g} TFLOP/s/GPU, loss {first:.3f} -> {last:.3f}")
+    if spread:
+        summary += (f", step time median {spread['median']:.3g}s "
+                    f"(p10 {spread['p10']:.3g}, p90 {spread['p90']:.3g}, {spread['count']} steps)")
     if peak is not None:
         figures["peak_tflops"] = peak
-        figures["mfu"] = round(mfu(figures["tokens_per_s_per_gpu"], figures["flops_per_token"],
-                                   peak), 4)
+        figures["mfu"] = round(figures["tflops_per_gpu"] / peak, 4)
         summary += f", MFU {figures['mfu']:.1%}"
-        low = below_minimum("MFU", figures["mfu"] * 100, thresholds["train_min_mfu"] * 100, "%",
-                            f"{figures['tflops_per_gpu']:.1f} of {peak:g} TFLOP/s per GPU")
-        if low:
-            problems.append(low)
-    elif gpu:
+        if proxy:
+            summary += " (proxy: the full-model MFU threshold is not applied)"
+        else:
+            low = below_minimum("MFU", figures["mfu"] * 100, thresholds["train_min_mfu"] * 100,
+                                "%", f"{figures['tflops_per_gpu']:.1f} of {peak:g} TFLOP/s "
+                                "per GPU")
+            if low:
+                problems.append(low)
+    elif gpu and not proxy:
         if problems:
             return judge(NAME, problems, "", figures)
         return skipped(NAME, INCOMPLETE, f"{summary}; MFU not judged: GPU not in the peak "
                        "table (pass --peak-tflops)", figures)
     else:
-        summary += " (CPU: no peak, MFU not judged)"
+        summary += " (no peak: MFU not computed)"
     return judge(NAME, problems, summary, figures)
-
 
 
 def merge(results: list[CheckResult], ctx: Context) -> CheckResult:
     return merge_global(results, ctx.hosts)
+

@@ -1,0 +1,74 @@
+"""`imagebuild report` compares tokens/s only between train steps of one configuration."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagebuild.commands.report import run as report_command
+from imagebuild.validate.compare import comparison_notes, comparison_rows
+from tests.support.validate import REPO, assert_valid_report, check
+
+
+@pytest.fixture(scope="module")
+def train_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A real one-rank CPU train step's report, from the in-image runner."""
+    workdir = tmp_path_factory.mktemp("train-report")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEBUILD_")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "imagebuild.validate.checks", "--checks", "train", "--nproc",
+         "1", "--allow-cpu", "--train-steps", "2", "--report", "r.json"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PROXY" in proc.stdout  # the terminal says it in words
+    report = json.loads((workdir / "r.json").read_text())
+    assert_valid_report(report)
+    return report
+
+
+def _row(rows: list[tuple[str, list[str]]], title: str) -> list[str]:
+    return next(cells for label, cells in rows if label.startswith(title))
+
+
+def test_same_configuration_shows_tokens_per_s(train_report: dict[str, Any]) -> None:
+    report = train_report
+    faster = copy.deepcopy(report)
+    check(faster, "train")["figures"]["tokens_per_s_per_gpu"] *= 2
+    rows = comparison_rows([report, faster])
+    cells = _row(rows, "train tokens/s/GPU")
+    assert cells[2] == "2.00x" and "not compared" not in cells
+    assert _row(rows, "train configuration")[0].startswith("proxy: 2 blocks, seq 256")
+    assert not any("tokens/s not compared" in n for n in comparison_notes([report, faster]))
+
+
+def test_different_configurations_suppress_tokens_per_s_with_the_reason(
+        train_report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = train_report
+    deeper = copy.deepcopy(report)
+    figures = check(deeper, "train")["figures"]
+    figures["configuration"]["layers"] = 6
+    figures["configuration"]["activation_checkpointing"] = "full"
+    figures["tokens_per_s_per_gpu"] *= 3
+    rows = comparison_rows([report, deeper])
+    assert _row(rows, "train tokens/s/GPU") == ["not compared", "not compared", "see note"]
+    assert _row(rows, "train TFLOP/s/GPU")[0] != "not compared"
+    notes = comparison_notes([report, deeper])
+    assert any("layers 2 vs 6" in n and "activation_checkpointing none vs full" in n
+               and "TFLOP/s/GPU and MFU" in n for n in notes)
+    assert any(n.startswith("report 1: the train step is a proxy") for n in notes)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(report))
+    b.write_text(json.dumps(deeper))
+    code = report_command(argparse.Namespace(reports=[a, b], plot=None, no_plot=True))
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0 and "tokens/s not compared: the train steps differ" in out
