@@ -29,12 +29,13 @@ from imagebuild.engine.base import BuildRequest, Engine
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.progress import BuildEvent, BuildFailure, BuildLogParser
 from imagebuild.errors import BuildError, EngineError
+from imagebuild.render.layout import SITE_CA
 
 ProgressCallback = Callable[[BuildEvent], None]
 
 #: BuildKit secret id of the site CA bundle; Dockerfiles mount it at SITE_CA_PATH.
 SITE_CA_SECRET_ID = "site-ca"
-SITE_CA_PATH = f"/run/secrets/{SITE_CA_SECRET_ID}"
+SITE_CA_PATH = SITE_CA  # where the rendered Dockerfiles mount it (render.layout)
 SITE_CA_ENV = "IMAGEBUILD_SITE_CA"
 
 

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,19 @@ def make_context(tmp_path: Path) -> Callable[..., Context]:
             setattr(ctx, key, value)
         return ctx
     return factory
+
+
+@pytest.fixture
+def one_rank_group() -> Iterator[None]:
+    """A one-rank gloo process group, for checks that call torch.distributed."""
+    import torch.distributed as dist
+
+    from imagebuild.validate.checks.launch import free_port
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(free_port())
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

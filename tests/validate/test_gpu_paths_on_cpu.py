@@ -8,32 +8,17 @@ out as failed results carrying measured and expected numbers.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from imagebuild.validate.checks import attention, gemm, train
-from imagebuild.validate.checks.launch import free_port
 from imagebuild.validate.checks.llama import LlamaConfig
 from tests.support.validate import report_schema
 
 SMALL = LlamaConfig(n_layers=32, dim=128, n_heads=4, n_kv_heads=2, ffn_dim=384,
                     vocab_size=512, max_seq_len=64)
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(free_port())
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _schema_requires(name: str) -> list[str]:

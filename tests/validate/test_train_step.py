@@ -8,27 +8,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from imagebuild.validate.checks import train
-from imagebuild.validate.checks.launch import free_port
 from tests.support.validate import REPO, assert_valid_report, check
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(free_port())
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_cpu_train_step_reports_its_configuration_as_a_proxy(make_context,
