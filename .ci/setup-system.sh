@@ -37,6 +37,7 @@ PACKAGES=(
     squashfs-tools squashfs-tools-ng siftool   # .sqsh and .sif artifacts
     debootstrap          # base images without Docker Hub
     git ca-certificates curl xz-utils
+    binutils             # readelf: the network-plugin check reads symbol versions from ELF files
     shellcheck           # lints every job script of the generated CI pipelines
 )
 missing=()

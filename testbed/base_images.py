@@ -6,7 +6,8 @@ ca-certificates: the end-to-end image needs a Python, bookworm's is 3.11) packed
 tarball cached under ``$IMAGEBUILD_TEST_CACHE`` (default ``~/.cache/imagebuild-test``), then
 ``docker import``-ed (and ``podman import``-ed) as ``imagebuild-test/debian:bookworm`` and
 pushed to the registry as ``127.0.0.1:5000/imagebuild-test/debian:bookworm`` so recipes
-can name a real registry and pin a digest. Everything is reused when present; a file lock
+can name a real registry and pin a digest. ``TRIXIE`` is made the same way: Debian trixie
+packages HIP and RCCL, so the network-plugin stage builds on it. Everything is reused when present; a file lock
 keeps parallel test sessions from debootstrapping twice.
 
 The tests reach these through the pytest fixtures in tests/support/engine_env.py; the demo
@@ -22,6 +23,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
@@ -34,11 +36,29 @@ from imagebuild.errors import EngineError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SETUP_SCRIPT = REPO_ROOT / ".ci" / "setup-system.sh"
 
-BASE_IMAGE = "imagebuild-test/debian:bookworm"
 REGISTRY = os.environ.get("IMAGEBUILD_TEST_REGISTRY", "127.0.0.1:5000")
-REGISTRY_BASE_IMAGE = f"{REGISTRY}/{BASE_IMAGE}"
-SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+
+
+@dataclass(frozen=True)
+class DebianBase:
+    """A minbase Debian release with a few packages, as an image for tests."""
+
+    suite: str
+    packages: tuple[str, ...] = ("python3", "python3-venv", "ca-certificates")
+
+    @property
+    def image(self) -> str:
+        return f"imagebuild-test/debian:{self.suite}"
+
+    @property
+    def registry_image(self) -> str:
+        return f"{REGISTRY}/{self.image}"
+
+
+BOOKWORM = DebianBase("bookworm")
+TRIXIE = DebianBase("trixie")
+BASE_IMAGE = BOOKWORM.image
+REGISTRY_BASE_IMAGE = BOOKWORM.registry_image
 #: What docker.io's official debian image sets; `docker import` starts with no config.
 IMPORT_CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -88,11 +108,11 @@ def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kwargs)
 
 
-def base_rootfs_tarball() -> Path:
-    """The cached debootstrap rootfs tarball (built once: about 40 s on a fast mirror)."""
-    name = f"debian-{SUITE}-minbase-{'-'.join(BASE_PACKAGES)}.tar"
+def base_rootfs_tarball(base: DebianBase = BOOKWORM) -> Path:
+    """The cached debootstrap rootfs tarball (built once: about 20-40 s on a fast mirror)."""
+    name = f"debian-{base.suite}-minbase-{'-'.join(base.packages)}.tar"
     tarball = cache_dir() / name
-    with _file_lock("debootstrap"):
+    with _file_lock(f"debootstrap-{base.suite}"):
         if tarball.exists():
             return tarball
         if os.geteuid() != 0:
@@ -103,7 +123,7 @@ def base_rootfs_tarball() -> Path:
             rootfs = Path(tmp) / "rootfs"
             try:
                 _run(["debootstrap", "--variant=minbase",
-                      f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs),
+                      f"--include={','.join(base.packages)}", base.suite, str(rootfs),
                       debian_mirror()])
             except subprocess.CalledProcessError as exc:
                 raise RuntimeError(
@@ -145,15 +165,15 @@ def registry_up(registry: str = REGISTRY) -> bool:
         return False
 
 
-def import_base_image_docker(engine: DockerEngine) -> str:
+def import_base_image_docker(engine: DockerEngine, base: DebianBase = BOOKWORM) -> str:
     with _file_lock("docker-import"):
-        if not engine.image_exists(BASE_IMAGE):
-            tarball = base_rootfs_tarball()
-            repository, tag = BASE_IMAGE.split(":")
+        if not engine.image_exists(base.image):
+            tarball = base_rootfs_tarball(base)
+            repository, tag = base.image.split(":")
             with open(tarball, "rb") as data:
                 engine.client.api.import_image_from_data(
                     data, repository=repository, tag=tag, changes=list(IMPORT_CHANGES))
-    return BASE_IMAGE
+    return base.image
 
 
 def import_base_image_podman(engine: PodmanEngine) -> str:
@@ -166,13 +186,13 @@ def import_base_image_podman(engine: PodmanEngine) -> str:
     return BASE_IMAGE
 
 
-def push_base_image(engine: DockerEngine) -> str:
+def push_base_image(engine: DockerEngine, base: DebianBase = BOOKWORM) -> str:
     """Push the base image to the loopback registry once; returns the registry reference."""
     with _file_lock("registry-push"):
-        _, tag = REGISTRY_BASE_IMAGE.rsplit(":", 1)
-        listed = requests.get(f"http://{REGISTRY}/v2/{BASE_IMAGE.split(':')[0]}/tags/list",
+        _, tag = base.registry_image.rsplit(":", 1)
+        listed = requests.get(f"http://{REGISTRY}/v2/{base.image.split(':')[0]}/tags/list",
                               timeout=10)
         if listed.status_code != 200 or tag not in (listed.json().get("tags") or []):
-            engine.tag(BASE_IMAGE, REGISTRY_BASE_IMAGE)
-            engine.push(REGISTRY_BASE_IMAGE)
-    return REGISTRY_BASE_IMAGE
+            engine.tag(base.image, base.registry_image)
+            engine.push(base.registry_image)
+    return base.registry_image

@@ -34,6 +34,10 @@ ARCHIVE_URL = r"^(https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+$"
 INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%-]+|/[A-Za-z0-9._/+-]*)$"
 # Relative, inside the repository: no ".." component can climb out of the checkout.
 SUBDIR = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
+# An absolute directory inside the image (no "..", no spaces, no shell metacharacters).
+ABSOLUTE_DIR = r"^(?!(.*/)?\.\.(/|$))/[A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$"
+# A site profile name (imagebuild/data/sites/<name>.yaml or a project's sites/<name>.yaml).
+SITE_NAME = r"^[a-z0-9][a-z0-9._-]*$"
 EXTENDS = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$"
 VERSION_TEXT = r"^[0-9][A-Za-z0-9.+_-]*$"
 # docker/distribution reference grammar: [registry[:port]/]path[:tag][@digest].

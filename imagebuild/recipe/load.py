@@ -35,6 +35,9 @@ RECIPE_SUFFIX = ".yaml"
 DEFAULTS: dict[str, Any] = {
     "description": "",
     "os_packages": [],
+    "rocm_prefix": "/opt/rocm",
+    "build_packages": [],
+    "sites": [],
     "python": "3.12",
     "gpu_targets": [],
     "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True},
@@ -374,6 +377,19 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
             if key not in libfabric:
                 problem(("network_plugin", "libfabric", key),
                         "missing (required when network_plugin.enabled is true)")
+        if plugin["kind"] == "aws-ofi-rccl" and str(libfabric.get("version", "")).startswith("2."):
+            # libfabric 2.0 dropped container_of from its public headers, which the fork's
+            # sources still use: the build stops with "implicit declaration of function
+            # 'container_of'" (ROCm/aws-ofi-rccl, branch cxi).
+            problem(("network_plugin", "libfabric", "version"),
+                    "aws-ofi-rccl does not compile against libfabric 2.x (it uses "
+                    "container_of, which libfabric 2 no longer defines); use a 1.x release "
+                    "such as 1.22.0, or kind aws-ofi-nccl")
+    builds = [section for section, what in (("hipblaslt", hip), ("network_plugin", plugin))
+              if what.get("enabled")]
+    if builds and not data["build_packages"]:
+        problem((builds[0], "enabled"), "needs build_packages: the OS packages the source "
+                "builds use (compilers, autotools, the ROCm development packages)")
     if problems:
         return None
 
@@ -389,6 +405,9 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         rocm=rocm,
         base_image=data["base_image"],
         os_packages=tuple(data["os_packages"]),
+        rocm_prefix=data["rocm_prefix"],
+        build_packages=tuple(data["build_packages"]),
+        sites=tuple(data["sites"]),
         python=data["python"],
         wheels=Wheels(
             index_url=index_url,

@@ -79,6 +79,13 @@ class Recipe:
     rocm: str | None
     base_image: str
     os_packages: tuple[str, ...]
+    #: Where ROCm is installed in the base image: /opt/rocm for AMD's images, /usr for
+    #: Debian's own HIP and RCCL packages. The source builds configure against it.
+    rocm_prefix: str
+    #: OS packages of the toolchain stage (build stages only, never in the final image).
+    build_packages: tuple[str, ...]
+    #: Site profiles the image is made for: their libfabric policy constrains the plugin.
+    sites: tuple[str, ...]
     python: str
     wheels: Wheels
     gpu_targets: tuple[str, ...]

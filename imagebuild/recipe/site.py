@@ -25,7 +25,9 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
 _ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
 
-_TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf"}
+_TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric"}
+_LIBFABRIC_KEYS = {"provided_by", "version", "library_dir"}
+_RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _EDF_KEYS = {"image_dir", "workdir", "writable", "mounts", "env", "annotations",
              "aws_ofi_nccl_hook"}
 
@@ -42,6 +44,23 @@ class HookVariants:
 
 
 @dataclass(frozen=True)
+class LibfabricPolicy:
+    """Where the libfabric that RCCL's network plugin calls at run time comes from.
+
+    ``site``: the site binds its own libfabric (with the CXI provider for Slingshot) into
+    the container, e.g. CSCS's CXI hook or LUMI's /opt/cray bind; the plugin must then load
+    against that release, so a recipe may not build it against a newer one (libfabric
+    versions its symbols). ``image``: the image's own libfabric must carry the provider.
+    """
+
+    provided_by: str  # "site" or "image"
+    #: The release the site binds (provided_by: site), e.g. "1.22.0".
+    version: str | None
+    #: Where the bound library is inside the container, put first on the loader path.
+    library_dir: str | None
+
+
+@dataclass(frozen=True)
 class SiteProfile:
     name: str
     description: str
@@ -55,6 +74,8 @@ class SiteProfile:
     env: tuple[tuple[str, str], ...]
     annotations: tuple[tuple[str, str], ...]
     aws_ofi_nccl_hook: HookVariants | None
+    #: None: the profile says nothing about libfabric (no constraint on the plugin build).
+    libfabric: LibfabricPolicy | None
     source: str  # where the profile was read from
     sha256: str  # of the profile file's bytes
 
@@ -194,6 +215,7 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
                         "expected a mapping of variant name to ROCm major (e.g. rocm6: 6)")
                 variants = {}
             hook = HookVariants(prefix, tuple(sorted(variants.items())))
+    libfabric = _libfabric(raw.get("libfabric"), problem)
     profile = SiteProfile(
         name=name,
         description=text("description", raw.get("description"), required=False),
@@ -207,12 +229,45 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         env=mapping("edf.env", edf.get("env"), _ENV_NAME),
         annotations=annotations,
         aws_ofi_nccl_hook=hook,
+        libfabric=libfabric,
         source=source,
         sha256=hashlib.sha256(data).hexdigest(),
     )
     if problems:
         raise SiteProfileError(problems)
     return profile
+
+
+def _libfabric(raw: Any, problem: Any) -> LibfabricPolicy | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        problem("libfabric", "expected a mapping with provided_by (site or image)")
+        return None
+    for key in sorted(set(raw) - _LIBFABRIC_KEYS):
+        problem(f"libfabric.{key}",
+                f"unknown key (expected one of {', '.join(sorted(_LIBFABRIC_KEYS))})")
+    provided_by = raw.get("provided_by")
+    if provided_by not in ("site", "image"):
+        problem("libfabric.provided_by", f"expected site or image, got {provided_by!r}")
+        return None
+    version = raw.get("version")
+    library_dir = raw.get("library_dir")
+    if provided_by == "site":
+        if not isinstance(version, str) or not _RELEASE.match(version):
+            problem("libfabric.version", "expected the release the site binds, like "
+                    f"\"1.22.0\" (quote it), got {version!r}")
+            version = None
+    elif version is not None:
+        problem("libfabric.version", "only for provided_by: site (the image's libfabric "
+                "release is the recipe's network_plugin.libfabric.version)")
+        version = None
+    if library_dir is not None and (not isinstance(library_dir, str)
+                                    or not library_dir.startswith("/")
+                                    or any(c in library_dir for c in ":\n ")):
+        problem("libfabric.library_dir", f"expected an absolute directory, got {library_dir!r}")
+        library_dir = None
+    return LibfabricPolicy(provided_by, version, library_dir)
 
 
 # --- rendering --------------------------------------------------------------------------------

@@ -108,6 +108,14 @@ RECIPE = Obj(
                           grammar.IMAGE_REFERENCE),
         "os_packages": Seq(Str("a Debian/Ubuntu package name, optionally =version",
                                grammar.OS_PACKAGE)),
+        "rocm_prefix": Str("the absolute directory ROCm is installed in, like /opt/rocm "
+                           "(Debian's own HIP/RCCL packages: /usr)", grammar.ABSOLUTE_DIR),
+        "build_packages": Seq(Str("a Debian/Ubuntu package name the source builds need "
+                                  "(compilers, autotools, ROCm development packages)",
+                                  grammar.OS_PACKAGE)),
+        "sites": Seq(Str("the name of a site profile this image is made for, like lumi "
+                         "(imagebuild/data/sites/ or the project's sites/)",
+                         grammar.SITE_NAME)),
         "python": Str("a Python version like 3.12", grammar.PYTHON_VERSION),
         "wheels": Obj(
             required=("packages",),

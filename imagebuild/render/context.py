@@ -67,6 +67,8 @@ def build_context(plan: BuildPlan, dest_dir: Path,
         "fetch-uv.py": (TEMPLATES / "fetch-uv.py").read_text(),
         "bin/imagebuild": _shim(),
     }
+    if plan.plugin is not None:
+        files["network-plugin-check.py"] = (TEMPLATES / "network-plugin-check.py").read_text()
     if recipe.hipblaslt.enabled:
         files["hipblaslt-tuning-kit.sh"] = (TEMPLATES / "hipblaslt-tuning-kit.sh").read_text()
     for name, text in files.items():
@@ -176,6 +178,13 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
             "libfabric": {"version": plugin.libfabric.version, "url": lock.libfabric.url,
                           "sha256": lock.libfabric.sha256, "prefix": LIBFABRIC_PREFIX},
         })
+        if plan.plugin is not None:
+            target = plan.plugin.libfabric_target
+            data["network_plugin"]["loads_with"] = {
+                "oldest_libfabric": target.oldest_release, "from": target.oldest_from,
+                "max_symbol_version": target.max_abi, "sites": list(recipe.sites)}
+            # Filled in by the final stage from what the plugin stage read from the ELF.
+            data["network_plugin"]["elf"] = None
     return data
 
 

@@ -17,6 +17,9 @@ CHECKS_IMPORT_NAME = "imagebuild_checks"
 IMAGE_ROOT = "/opt/imagebuild"
 IMAGE_CHECKS_DIR = f"{IMAGE_ROOT}/checks"
 IMAGE_MANIFEST = f"{IMAGE_ROOT}/manifest.json"
+#: The network plugin stage's measurements (ELF symbol versions, RUNPATH), merged into the
+#: manifest by the final stage.
+PLUGIN_RECORD = f"{IMAGE_ROOT}/network-plugin.json"
 #: `imagebuild` inside the image: the checks with the image's own Python, so
 #: `imagebuild validate ...` works in the image with only torch installed.
 SHIM_PATH = "/usr/local/bin/imagebuild"
@@ -39,17 +42,6 @@ UV_WHEELS: tuple[tuple[str, str, str], ...] = (
      "5435c5ce14a56431208ca0996416d310f1598e8c2c8ba707688985a16bb82dbe"),
 )
 
-#: Tools the source builds need on top of the base image. Debian/Ubuntu names.
-TOOLCHAIN_PACKAGES = (
-    "autoconf", "automake", "bzip2", "ca-certificates", "ccache", "cmake", "curl", "file",
-    "g++", "gcc", "gfortran", "git", "libhwloc-dev", "libmsgpack-dev", "libnuma-dev",
-    "libtool", "make", "patch", "pkg-config", "python3-venv", "python3-yaml", "wget",
-    "xz-utils",
-)
-#: ROCm development packages the builds compile against (hipcc, HIP and RCCL headers,
-#: rocm-cmake). Already present in rocm/dev-*-complete images (then apt does nothing);
-#: named so a plain rocm/dev-* base works too. From the base image's ROCm apt repository.
-ROCM_BUILD_PACKAGES = ("rccl-dev", "rocm-dev")
 #: Shared libraries the plugin links besides libfabric (aws-ofi-nccl requires hwloc).
 PLUGIN_RUNTIME_PACKAGES = ("libhwloc15",)
 #: Runtime libraries of hipBLASLt's clients (install.sh builds them with gfortran/LAPACK).

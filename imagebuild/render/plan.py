@@ -17,9 +17,11 @@ from imagebuild.render.layout import (
     IMAGE_MANIFEST,
     LABEL_NAMESPACE,
     LIBFABRIC_PREFIX,
+    PLUGIN_RECORD,
     PLUGIN_RUNTIME_PACKAGES,
     RESERVED_ENV,
 )
+from imagebuild.render.libfabric import LibfabricTarget, libfabric_target
 
 #: Labels imagebuild writes from the base image; a recipe may not set them.
 GENERATED_OCI_LABELS = ("org.opencontainers.image.base.name",
@@ -53,6 +55,13 @@ class PluginPlan:
     #: None when unlocked: the rendered step then refuses to run.
     libfabric_sha256: str | None
     libfabric_prefix: str
+    #: Where ROCm's HIP and RCCL are (headers and libraries) for configure.
+    rocm_prefix: str
+    #: The oldest libfabric the plugin must load with, from the recipe's sites.
+    libfabric_target: LibfabricTarget
+    #: What the plugin stage measured about the plugin (ELF symbol versions, RUNPATH),
+    #: merged into the manifest by the final stage.
+    record: str = PLUGIN_RECORD
 
     @property
     def library(self) -> str:
@@ -66,6 +75,8 @@ class BuildPlan:
     lock: Lock | None
     hipblaslt: HipBlasLtPlan | None
     plugin: PluginPlan | None
+    #: OS packages of the toolchain stage (the recipe's build_packages).
+    build_packages: tuple[str, ...]
     #: OS packages of the final stage: the recipe's, then what the stages' installs need.
     runtime_packages: tuple[str, ...]
     added_packages: tuple[str, ...]
@@ -105,7 +116,7 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
             linked.append(f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench")
     return BuildPlan(
         recipe=recipe, lock=lock, hipblaslt=hipblaslt, plugin=plugin,
-        runtime_packages=tuple(runtime + added), added_packages=tuple(added),
+        build_packages=recipe.build_packages, runtime_packages=tuple(runtime + added), added_packages=tuple(added),
         library_path=tuple(library_path), linked_files=tuple(linked),
         labels=_labels(recipe, lock), cache_scope=_cache_scope(recipe))
 
@@ -120,7 +131,8 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
         return None
     source = lock.hipblaslt if lock else None
     return HipBlasLtPlan(
-        repository=hip.source.repository,
+        # The lock's URL: a --git-mirror at lock time rewrote it for this site.
+        repository=source.repository if source else hip.source.repository,
         revision=source.commit if source else hip.source.ref,
         ref=hip.source.ref, subdir=hip.subdir, targets=";".join(recipe.gpu_targets),
         clients=hip.clients, tuning_kit=hip.tuning_kit and hip.clients,
@@ -135,12 +147,14 @@ def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
     source = lock.network_plugin if lock else None
     archive = lock.libfabric if lock else None
     return PluginPlan(
-        kind=plugin.kind, repository=plugin.source.repository,
+        kind=plugin.kind,
+        repository=source.repository if source else plugin.source.repository,
         revision=source.commit if source else plugin.source.ref, ref=plugin.source.ref,
         prefix=plugin_prefix(recipe), libfabric_version=plugin.libfabric.version,
         libfabric_url=archive.url if archive else plugin.libfabric.url,
         libfabric_sha256=archive.sha256 if archive else None,
-        libfabric_prefix=LIBFABRIC_PREFIX)
+        libfabric_prefix=LIBFABRIC_PREFIX, rocm_prefix=recipe.rocm_prefix,
+        libfabric_target=libfabric_target(recipe))
 
 
 def _labels(recipe: Recipe, lock: Lock | None) -> tuple[tuple[str, str], ...]:

@@ -31,6 +31,7 @@ BASE = {
     "python": "3.12",
     "wheels": {"packages": {"torch": "2.8.0+rocm7.0.2.lw.git245bf6ed"}},
     "gpu_targets": ["gfx942"],
+    "build_packages": ["gcc", "make"],
     "hipblaslt": {"enabled": True, "repository": "https://github.com/ROCm/hipBLASLt.git",
                   "ref": "rocm-7.0.2", "subdir": "."},
     "network_plugin": {"enabled": True, "kind": "aws-ofi-nccl",

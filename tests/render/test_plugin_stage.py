@@ -1,0 +1,213 @@
+"""The network-plugin stage of the shipped ROCm recipes, built for real and loaded.
+
+Each shipped plugin kind (aws-ofi-nccl of rocm-7.0.2 and its siblings, aws-ofi-rccl of
+rocm-6.4.4) is built by ``imagebuild lock`` + ``imagebuild build`` from a recipe that keeps
+the shipped recipe's plugin (kind, repository, ref, libfabric release) and sites, on a
+debootstrapped Debian trixie in the loopback registry, whose packaged HIP 5.7.1, RCCL 5.4.3
+and hwloc stand in for ROCm (testbed/plugin_recipe.py): the same renderer and the same
+plugin template. Sources come from ../shared/fixtures/sources through ``--git-mirror``, as at
+an air-gapped site (testbed/source_mirror.py). Proven inside the built images:
+
+- the plugin is where the image points RCCL (NCCL_NET_PLUGIN, which the EDF inherits) and
+  dlopen(RTLD_NOW) succeeds with the image's libfabric; with a site's libfabric bound and put
+  first on the loader path (as the LUMI profile does) that one is used instead;
+- the libfabric symbol versions it needs, read from its ELF by the build and recorded in
+  the manifest, are provided by the oldest libfabric the recipe's sites bind (1.22): dlopen
+  against a libfabric built from the 1.22.0 fixture succeeds;
+- a plugin built against libfabric 2.1 needs FABRIC_1.8: the loader refuses it against
+  1.22 (the failure RCCL hides), the build's check fails naming the version, and rendering
+  a recipe that would build it for a 1.22 site is refused;
+- no RPATH/RUNPATH: nothing in the plugin shadows a site-bound libfabric.
+
+Not exercised here (only on a cluster): AMD's base images and their /opt/rocm (the
+/opt/rocm prefix, rocm-dev and rccl-dev, ROCm 6.4/7.x headers), the CXI provider and
+Slingshot itself, RCCL actually choosing the plugin at run time, and the hipBLASLt stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from imagebuild.engine.tags import latest_tag
+from imagebuild.render.dockerfile import TEMPLATES
+from testbed import base_images
+from testbed.plugin_recipe import placeholder_torch, plugin_recipe
+from testbed.source_mirror import SourceMirror
+from tests.support.indexserver import IndexServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
+
+DOCKER = "/usr/bin/docker"
+SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+#: test recipe -> (shipped recipe whose plugin it builds, libfabric override, sites override)
+RECIPES = {
+    "plugin-nccl": ("rocm-7.0.2", None, None),
+    "plugin-rccl": ("rocm-6.4.4", None, None),
+    # The plugin a recipe would get against libfabric 2.1 with no site constraint.
+    "plugin-nccl-fabric2": ("rocm-7.0.2", "2.1.0", ()),
+}
+CHECK_SCRIPT = TEMPLATES / "network-plugin-check.py"
+
+
+def imagebuild(project: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, IMAGEBUILD_PROJECT=str(project), IMAGEBUILD_BACKEND="docker",
+               IMAGEBUILD_CACHE=str(project / ".cache"))
+    if SITE_CA.is_file():
+        env["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
+    return subprocess.run([sys.executable, "-m", "imagebuild", *argv], env=env, check=False,
+                          capture_output=True, text=True, timeout=1800)
+
+
+def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *argv], capture_output=True, text=True, check=check,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def trixie(docker_engine, local_registry: str) -> str:
+    base_images.import_base_image_docker(docker_engine, base_images.TRIXIE)
+    return base_images.push_base_image(docker_engine, base_images.TRIXIE)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, trixie: str) -> dict:
+    """Locked and built: one image per test recipe; returns their tags and the project."""
+    root = tmp_path_factory.mktemp("plugin-project")
+    (root / "recipes").mkdir()
+    placeholder_torch(root / "index" / "whl")
+    index = IndexServer(root / "index")
+    with index, SourceMirror(root / "mirror") as mirror:
+        mirrors = [f"--git-mirror={src}={dst}" for src, dst in mirror.mirrors.items()]
+        for name, (shipped, libfabric, sites) in RECIPES.items():
+            (root / "recipes" / f"{name}.yaml").write_text(plugin_recipe(
+                shipped, trixie, index.url_for("whl/"), libfabric, sites))
+            locked = imagebuild(root, "lock", name, *mirrors)
+            assert locked.returncode == 0, locked.stderr[-3000:]
+            built = imagebuild(root, "build", name)
+            print(f"\n[plugin] {name}:\n{built.stdout[-1500:]}")
+            assert built.returncode == 0, (built.stdout[-2000:], built.stderr[-3000:])
+    return {"root": root, "images": {name: latest_tag(name) for name in RECIPES}}
+
+
+def manifest(image: str) -> dict:
+    return json.loads(docker("run", "--rm", image, "cat", "/opt/imagebuild/manifest.json").stdout)
+
+
+def image_env(image: str) -> dict[str, str]:
+    config = json.loads(docker("image", "inspect", image).stdout)[0]["Config"]
+    return dict(item.split("=", 1) for item in config["Env"])
+
+
+def dlopen(image: str, library: str, *run_args: str) -> subprocess.CompletedProcess[str]:
+    """dlopen(RTLD_NOW) in a container of ``image``; prints the libfabric the loader mapped."""
+    code = ("import ctypes, os, sys\n"
+            "ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)\n"
+            "print([p for p in open('/proc/self/maps').read().split() if 'libfabric.so' in p][0])")
+    return docker("run", "--rm", *run_args, image, "python3", "-c", code, library, check=False)
+
+
+def libfabric_dir(image: str, tmp_path: Path) -> Path:
+    """/opt/libfabric/lib of ``image``, copied out (to bind into another container)."""
+    container = docker("create", image).stdout.strip()
+    try:
+        docker("cp", f"{container}:/opt/libfabric/lib", str(tmp_path / "libfabric"))
+    finally:
+        docker("rm", container)
+    return tmp_path / "libfabric"
+
+
+@pytest.mark.parametrize("name", ["plugin-nccl", "plugin-rccl"])
+def test_plugin_loads_where_the_image_points_rccl(project: dict, name: str) -> None:
+    image = project["images"][name]
+    plugin = manifest(image)["network_plugin"]
+    env = image_env(image)
+    # The image points RCCL at the plugin by absolute path; the EDF only adds site settings.
+    edf = tomllib.loads((project["root"] / "envs" / f"{name}.toml").read_text())
+    pointed = edf.get("env", {}).get("NCCL_NET_PLUGIN", env["NCCL_NET_PLUGIN"])
+    assert pointed == env["NCCL_NET_PLUGIN"] == plugin["library"]
+    docker("run", "--rm", image, "test", "-f", pointed)
+    loaded = dlopen(image, pointed)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip().startswith(plugin["libfabric"]["prefix"] + "/lib/libfabric.so")
+
+
+@pytest.mark.parametrize("name", ["plugin-nccl", "plugin-rccl"])
+def test_recorded_symbol_versions_are_in_the_oldest_supported_libfabric(
+        project: dict, name: str) -> None:
+    plugin = manifest(project["images"][name])["network_plugin"]
+    elf = plugin["elf"]
+    assert plugin["loads_with"]["oldest_libfabric"] == "1.22.0"
+    assert plugin["loads_with"]["max_symbol_version"] == "FABRIC_1.7"
+    assert "fi_getinfo@FABRIC_1.7" in elf["libfabric_symbols"]
+    assert max(elf["libfabric_versions_needed"]) == "FABRIC_1.7"
+    assert "libfabric.so.1" in elf["needed"]
+    # Nothing in the plugin can shadow the libfabric a site binds.
+    assert elf["rpath"] == [] and elf["runpath"] == []
+    assert elf["dlopen_in_image"]["libfabric"]
+
+
+@pytest.mark.parametrize("name", ["plugin-nccl", "plugin-rccl"])
+def test_a_site_bound_libfabric_wins(project: dict, name: str, tmp_path: Path) -> None:
+    """As on LUMI: the host's 1.22 libfabric bound in and put first on the loader path."""
+    image = project["images"][name]
+    library = manifest(image)["network_plugin"]["library"]
+    bound = libfabric_dir(project["images"]["plugin-rccl"], tmp_path)
+    site_dir = "/opt/cray/libfabric/1.22.0/lib64"
+    loaded = dlopen(image, library, "-v", f"{bound}:{site_dir}:ro",
+                    "-e", f"LD_LIBRARY_PATH={site_dir}:{image_env(image)['LD_LIBRARY_PATH']}")
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip().startswith(site_dir + "/libfabric.so")
+
+
+def test_a_plugin_built_against_libfabric_2_does_not_load_on_1_22(
+        project: dict, tmp_path: Path) -> None:
+    image = project["images"]["plugin-nccl-fabric2"]
+    elf = manifest(image)["network_plugin"]["elf"]
+    assert "fi_getinfo@FABRIC_1.8" in elf["libfabric_symbols"]
+    bound = libfabric_dir(project["images"]["plugin-rccl"], tmp_path)
+    loaded = dlopen(image, elf["library"], "-v", f"{bound}:/site-libfabric:ro",
+                    "-e", "LD_LIBRARY_PATH=/site-libfabric")
+    assert loaded.returncode != 0
+    assert "version `FABRIC_1.8' not found" in loaded.stderr
+
+
+def test_the_build_check_names_the_missing_version(project: dict, tmp_path: Path) -> None:
+    """The plugin stage's check, run on the 2.1-built plugin for a 1.22 site, fails (here,
+    with this machine's readelf: the final image keeps no binutils)."""
+    image = project["images"]["plugin-nccl-fabric2"]
+    library = manifest(image)["network_plugin"]["library"]
+    container = docker("create", image).stdout.strip()
+    try:
+        docker("cp", f"{container}:{library}", str(tmp_path / "librccl-net.so"))
+    finally:
+        docker("rm", container)
+    checked = subprocess.run(
+        [sys.executable, str(CHECK_SCRIPT), "stage", str(tmp_path / "librccl-net.so"),
+         "--libfabric-dir", str(tmp_path / "no-libfabric"), "--built-against", "2.1.0",
+         "--max-abi", "FABRIC_1.7", "--oldest", "1.22.0 (site lumi)",
+         "--record", str(tmp_path / "record.json")], check=False, capture_output=True,
+        text=True)
+    assert checked.returncode == 1, checked.stderr
+    assert "needs FABRIC_1.8 (" in checked.stderr
+    assert "fi_getinfo@FABRIC_1.8" in checked.stderr
+    assert "libfabric 1.22.0 (site lumi) does not provide" in checked.stderr
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_rendering_for_a_1_22_site_refuses_libfabric_2(project: dict) -> None:
+    root = project["root"]
+    text = (root / "recipes" / "plugin-nccl-fabric2.yaml").read_text()
+    (root / "recipes" / "plugin-for-lumi.yaml").write_text(
+        text.replace("sites: []", "sites:\n- lumi"))
+    rendered = imagebuild(root, "render", "plugin-for-lumi")
+    assert rendered.returncode == 2
+    assert "network_plugin.libfabric.version" in rendered.stderr
+    assert "needs FABRIC_1.8" in rendered.stderr and "site lumi" in rendered.stderr
+    assert not (root / "dockerfiles" / "plugin-for-lumi").exists()
