@@ -30,6 +30,7 @@ wheels:
   pypi:
     - tqdm
 gpu_targets: [gfx942]
+build_packages: [gcc, make]
 hipblaslt:
   enabled: true
   repository: {hipblaslt_repo}
