@@ -470,7 +470,9 @@ def make_wheel(directory: Path | str, name: str, version: str, python_tag: str =
 
     The wheel installs a package named like the project (``torch`` -> ``torch/__init__.py``
     with ``__version__``). ``payload_size`` adds that many deterministic pseudo-random bytes,
-    stored uncompressed, for tests that need a body of many chunks.
+    stored uncompressed, for tests that need a body of many chunks. ``requires`` become its
+    ``Requires-Dist`` lines (``testbed.rocm_wheels`` gives ROCm wheels the ones the real
+    wheels state).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -479,7 +481,7 @@ def make_wheel(directory: Path | str, name: str, version: str, python_tag: str =
     package = dist.lower()
     distinfo = f"{dist}-{norm_version}.dist-info"
     metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {norm_version}",
-                "Summary: test wheel made by tests/support/indexserver.py"]
+                "Summary: test wheel made by testbed/wheel_index.py"]
     if requires_python:
         metadata.append(f"Requires-Python: {requires_python}")
     metadata += [f"Requires-Dist: {req}" for req in requires]

@@ -2,6 +2,8 @@
 
 - ROCm wheels: the exact file for each pinned version is found in the wheel index listing,
   downloaded once into the shared cache and hashed (repo.radeon.com publishes no hashes).
+  Their own METADATA must agree with the other pins (``imagebuild.lock.requires``: a
+  torchvision built for another torch is refused, naming both pins) before resolution.
 - Everything they depend on: ``uv pip compile`` resolves against PyPI, with the cached ROCm
   wheels handed to it as a local ``--find-links`` directory, and writes a PEP 751 lock; its
   file:// URLs are then rewritten to the index URLs.
@@ -33,6 +35,7 @@ from imagebuild.files import write_text_atomic
 from imagebuild.lock.index import WheelIndex, supported_tags
 from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit
+from imagebuild.lock.requires import PinnedWheel, check_pins_agree
 from imagebuild.recipe.model import Recipe
 
 #: Ubuntu 24.04 (the ROCm base images) has glibc 2.39; manylinux_2_28 wheels run there, and
@@ -106,6 +109,7 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         links = Path(tmp) / "find-links"
         links.mkdir()
         pinned: dict[str, dict[str, Any]] = {}
+        downloaded: list[PinnedWheel] = []
         for name, version in recipe.wheels.pinned:
             found = index.find(name, version, python=recipe.python)
             progress(f"wheel {found.filename}")
@@ -114,6 +118,9 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
             cached.link_into(links, found.filename)
             pinned[canonicalize_name(name)] = {
                 "url": found.url, "size": cached.size, "sha256": cached.sha256}
+            downloaded.append(PinnedWheel(canonicalize_name(name), version, found.filename,
+                                          cached.path))
+        check_pins_agree(recipe, downloaded)
         progress("resolving dependencies with uv")
         compiled = _uv_compile(recipe, links, Path(tmp), options)
     packages = _pin_wheels(compiled, pinned, recipe.python)

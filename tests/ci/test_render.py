@@ -52,7 +52,7 @@ def test_files_and_headers(project: Path) -> None:
                          r"\(imagebuild's defaults: no ci/config\.yaml\)$", text,
                          re.MULTILINE), path
     header = files[GITLAB_FILE].split("\n\n", 1)[0]
-    for name in ("rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1"):
+    for name in ("rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1", "rocm-7.2.4"):
         assert re.search(rf"^# input recipes/{name}\.yaml +sha256:[0-9a-f]{{64}}  "
                          r"\(extends recipes/_common\.yaml\)$", header, re.MULTILINE), name
     assert "recipes/" not in files["ci/github/imagebuild.yml"].split("\n\n", 1)[0]
@@ -93,7 +93,7 @@ def test_gitlab_one_job_per_recipe_with_its_parents(project: Path) -> None:
     data = gitlab(render(project))
     jobs = {k: v for k, v in data.items() if k.startswith("imagebuild:rocm-")}
     assert sorted(jobs) == ["imagebuild:rocm-6.4.4", "imagebuild:rocm-7.0.2",
-                            "imagebuild:rocm-7.1.1"]
+                            "imagebuild:rocm-7.1.1", "imagebuild:rocm-7.2.4"]
     paths = jobs["imagebuild:rocm-7.0.2"]["rules"][1]["changes"]["paths"]
     assert paths[:5] == ["recipes/rocm-7.0.2.yaml", "recipes/_common.yaml",
                          "recipes/pylock.rocm-7.0.2.toml", "dockerfiles/rocm-7.0.2/**/*",
@@ -199,13 +199,16 @@ def test_unsafe_recipe_file_name_is_refused(project: Path) -> None:
 
 
 @pytest.mark.parametrize("changed, expected", [
-    ("recipes/_common.yaml", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1"]),
+    ("recipes/_common.yaml", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1",
+                              "rocm-7.2.4"]),
     ("recipes/rocm-7.0.2.yaml", ["rocm-7.0.2"]),
     ("recipes/pylock.rocm-6.4.4.toml", ["rocm-6.4.4"]),
     ("dockerfiles/rocm-7.1.1/Dockerfile", ["rocm-7.1.1"]),
     ("envs/rocm-7.1.1.toml", ["rocm-7.1.1"]),
-    ("imagebuild/render.py", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1"]),
-    ("ci/config.yaml", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1"]),
+    ("imagebuild/render.py", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1",
+                              "rocm-7.2.4"]),
+    ("ci/config.yaml", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1",
+                        "rocm-7.2.4"]),
     ("README.md", []),
     ("dockerfiles/rocm-7.1.1.orig", []),
     ("ci/github/imagebuild.yml", []),

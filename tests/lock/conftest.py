@@ -1,6 +1,7 @@
-"""A real local world to lock against: an HTTP wheel index shaped like rocm-rel-7.0.2 plus a
-PEP 503 "PyPI" for the transitive dependencies (both on 127.0.0.1), git repositories with
-tags, and a libfabric release tarball. No network beyond loopback."""
+"""A real local world to lock against: an HTTP wheel index shaped like rocm-rel-7.0.2 (wheels
+with the dependency metadata of the real ones, testbed.rocm_wheels) plus a PEP 503 "PyPI" for
+the transitive dependencies (both on 127.0.0.1), git repositories with tags, and a libfabric
+release tarball. No network beyond loopback."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from imagebuild.lock.resolve import LockOptions
+from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
 from tests.support.indexserver import IndexServer, make_wheel
 
 TORCH = "2.8.0+rocm7.0.2.lw.git245bf6ed"
 TORCH_OTHER_BUILD = "2.8.0+rocm7.0.2.lw.git1a2b3c4d"
 TRITON = "3.4.0+rocm7.0.2.gitf9e5bf54"
+PINS = {"torch": TORCH, "triton": TRITON}
 BASE_DIGEST = "sha256:" + "ab" * 32
 
 RECIPE = """\
@@ -87,15 +90,12 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     root = tmp_path / "served"
     rocm = root / "rocm"
     rocm.mkdir(parents=True)
-    make_wheel(rocm, "torch", TORCH, requires=[f"triton=={TRITON}", "typing-extensions>=4"])
+    # The recipe's set with the METADATA the real wheels carry, and what makes pinning hard:
+    # another build of the same torch version, and a cp310 file.
+    make_rocm_wheels(rocm, PINS)
     make_wheel(rocm, "torch", TORCH_OTHER_BUILD)
-    make_wheel(rocm, "torch", TORCH, python_tag="cp310")
-    make_wheel(rocm, "triton", TRITON)
-    simple = root / "simple"
-    make_wheel(simple / "typing-extensions", "typing_extensions", "4.12.2", python_tag="py3",
-               abi_tag="none", platform="any")
-    make_wheel(simple / "tqdm", "tqdm", "4.66.5", python_tag="py3", abi_tag="none",
-               platform="any")
+    make_rocm_wheels(rocm, {"torch": TORCH}, python_tag="cp310")
+    make_pypi_index(root / "simple", [*pypi_requirements(PINS), "tqdm"])
     (root / "libfabric-2.1.0.tar.bz2").write_bytes(b"libfabric source " * 1000)
     hip_commit = git_repo(tmp_path / "git" / "rocm-libraries", "rocm-7.0.2", annotated=True)
     plugin_commit = git_repo(tmp_path / "git" / "aws-ofi-nccl", "v1.18.0", annotated=False)

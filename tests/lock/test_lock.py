@@ -13,12 +13,14 @@ from imagebuild.errors import HashMismatch, LockError, StaleFile, WheelIndexErro
 from imagebuild.lock.lockfile import lock_path
 from imagebuild.lock.resolve import LockOptions, check_locks, lock_recipe, lock_status
 from imagebuild.recipe.load import load_recipe
-from tests.lock.conftest import BASE_DIGEST, TORCH, TRITON, World
+from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, rocm_requires
+from tests.lock.conftest import BASE_DIGEST, TORCH, TORCH_OTHER_BUILD, TRITON, World
 from tests.support.indexserver import Fault, sha256_of, wheel_filename
 
 pytestmark = pytest.mark.integration
 
 TORCH_FILE = wheel_filename("torch", TORCH)
+TORCHVISION = "0.23.0+rocm7.0.2.git824e8c87"
 
 
 def lock(world: World, **options) -> Path:
@@ -37,7 +39,10 @@ def test_lock_pins_every_byte(world: World) -> None:
     data = tomllib.loads(text)
     packages = {p["name"]: p for p in data["packages"]}
     # the exact build, not the other git hash, not the cp310 file; transitive deps included
-    assert set(packages) == {"torch", "triton", "typing-extensions", "tqdm"}
+    # (what the torch wheel's METADATA requires, and theirs), markers and extras respected
+    assert set(packages) == {"torch", "triton", "tqdm", "filelock", "typing-extensions",
+                             "setuptools", "sympy", "mpmath", "networkx", "jinja2",
+                             "markupsafe", "fsspec"}
     torch = packages["torch"]["wheels"][0]
     assert torch["url"] == world.server.url_for(f"rocm/{TORCH_FILE}")
     assert "%2B" in torch["url"]
@@ -154,7 +159,7 @@ def test_cli_lock_and_check(world: World, capsys: pytest.CaptureFixture[str],
     assert main(["lock", "--check", "--strict"]) == 2
     assert "pylock.rocm-test.toml: unlocked" in capsys.readouterr().err
     assert main(["lock", "rocm-test"]) == 0
-    assert "rocm-test: locked 4 wheels" in capsys.readouterr().out
+    assert "rocm-test: locked 12 wheels" in capsys.readouterr().out
     assert main(["lock", "--check", "--strict"]) == 0
     assert main(["list"]) == 0
     assert "locked" in capsys.readouterr().out
@@ -172,3 +177,62 @@ def test_cli_index_override_from_environment(world: World, tmp_path: Path,
     torch = next(p for p in data["packages"] if p["name"] == "torch")
     assert torch["wheels"][0]["hashes"]["sha256"] == sha256_of(world.rocm_dir / TORCH_FILE)
     assert data["tool"]["imagebuild"]["wheel-index"] == str(world.rocm_dir)
+
+
+def pin_torchvision(world: World, built_for: str) -> None:
+    """Serve a torchvision whose METADATA requires torch==``built_for`` (and what else it
+    requires from PyPI), and pin it in the recipe beside torch."""
+    make_rocm_wheels(world.rocm_dir, {"torchvision": TORCHVISION}, requires={
+        "torchvision": rocm_requires("torchvision", {"torch": built_for})})
+    make_pypi_index(world.server.directory / "simple", ["numpy", "pillow"])
+    text = world.recipe_path.read_text()
+    world.recipe_path.write_text(text.replace(
+        f"    triton: {TRITON}\n", f"    triton: {TRITON}\n    torchvision: {TORCHVISION}\n"))
+
+
+def test_companions_built_for_the_pinned_torch_lock(world: World) -> None:
+    pin_torchvision(world, built_for=TORCH)
+    data = tomllib.loads(lock(world).read_text())
+    versions = {p["name"]: p["version"] for p in data["packages"]}
+    assert versions["torchvision"] == TORCHVISION and versions["torch"] == TORCH
+    assert {"numpy", "pillow"} <= set(versions)
+
+
+@pytest.mark.parametrize("locked_before", [True, False], ids=["relock", "first-lock"])
+def test_torchvision_built_for_another_torch_is_refused_before_anything_is_written(
+        world: World, locked_before: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(world.project)  # messages name files relative to the working directory
+    recipe = load_recipe(str(world.recipe_path))
+    path = lock_path(recipe)
+    before = lock(world).read_bytes() if locked_before else None
+    pin_torchvision(world, built_for=TORCH_OTHER_BUILD)
+    steps: list[str] = []
+    with pytest.raises(LockError) as caught:
+        lock_recipe(load_recipe(str(world.recipe_path)), world.options, progress=steps.append)
+    message = str(caught.value)
+    assert f"torchvision {TORCHVISION} (recipes/rocm-test.yaml:9: " \
+           "wheels.packages.torchvision)" in message
+    assert f"requires `torch=={TORCH_OTHER_BUILD}`" in message
+    assert f"the METADATA of {wheel_filename('torchvision', TORCHVISION)}" in message
+    assert f"torch is pinned to {TORCH} (recipes/rocm-test.yaml:7: " \
+           "wheels.packages.torch)" in message
+    # refused once the wheels were read, before resolution, git or the registry
+    assert not any(step.startswith(("resolving", "git ls-remote", "base image"))
+                   for step in steps), steps
+    if before is None:
+        assert not path.exists()
+    else:
+        assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_cli_names_both_pins_and_exits_2(world: World, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMAGEBUILD_PYPI_INDEX", world.options.pypi_url)
+    monkeypatch.setenv("IMAGEBUILD_CACHE", str(world.options.cache_dir))
+    pin_torchvision(world, built_for="2.9.0")
+    assert main(["lock", "rocm-test"]) == 2
+    err = capsys.readouterr().err
+    assert "recipes/rocm-test.yaml: wheels.packages: the pinned wheels disagree" in err
+    assert "requires `torch==2.9.0`" in err and f"torch is pinned to {TORCH}" in err
+    assert "hint: pin builds made for each other" in err

@@ -19,6 +19,7 @@ TOP_LEVEL_WHEELS = {
     "torch-2.7.1+rocm7.0.2.lw.git2a215e4a-cp312-cp312-linux_x86_64.whl",
     "triton-3.4.0+rocm7.0.2.gitf9e5bf54-cp312-cp312-linux_x86_64.whl",
     "triton-3.4.0+rocm7.0.2.gitf9e5bf54-cp310-cp310-linux_x86_64.whl",
+    "torchvision-0.23.0+rocm7.0.2.git824e8c87-cp312-cp312-linux_x86_64.whl",
     "torchvision-0.24.0+rocm7.0.2.gitb919bd0c-cp312-cp312-linux_x86_64.whl",
     "torchaudio-2.8.0+rocm7.0.2.git6e1c7fe9-cp312-cp312-linux_x86_64.whl",
     "apex-1.9.0a0+rocm7.0.2.git07c3ee53-cp312-cp312-linux_x86_64.whl",

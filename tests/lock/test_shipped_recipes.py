@@ -1,0 +1,118 @@
+"""Every shipped recipe loads and locks: against a local index holding wheels named like its
+pins (with the dependency metadata the real ones carry), a fixture PyPI, and git mirrors of
+its source repositories. repo.radeon.com, GitHub and Docker Hub cannot be reached here, so
+the shipped recipes stay unlocked in the repository (`imagebuild list`); this proves that
+their pins name one exact cp312 file each, that the set agrees with its own Requires-Dist,
+and that their refs and libfabric URL go through the mirrors users have for air-gapped
+sites. What it cannot prove: that the files exist upstream under those names (the lock
+fails naming the closest files when they do not) and the base image's digest (the copy
+under test carries one, since no registry is reachable)."""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from imagebuild.lock.lockfile import lock_path
+from imagebuild.lock.resolve import LockOptions, lock_recipe, lock_status
+from imagebuild.recipe.load import load_recipe, recipe_names
+from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
+from tests.lock.conftest import git_repo
+from tests.support.indexserver import IndexServer, make_wheel, sha256_of, wheel_filename
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = recipe_names(ROOT)
+GITHUB = "https://github.com/"
+BASE_DIGEST = "sha256:" + "5e" * 32
+
+
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
+    for key in ("IMAGEBUILD_WHEEL_INDEX", "IMAGEBUILD_PYPI_INDEX", "IMAGEBUILD_GIT_MIRRORS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("IMAGEBUILD_HTTP_RETRIES", "2")
+    monkeypatch.setenv("IMAGEBUILD_HTTP_TIMEOUT", "5")
+    with IndexServer(tmp_path / "served") as server:
+        yield server
+
+
+def copy_project(tmp_path: Path, name: str) -> Path:
+    """The shipped recipes (and their parents) in a fresh project; ``name``'s base image
+    pinned by a digest, as no registry is reachable."""
+    project = tmp_path / "project"
+    (project / "recipes").mkdir(parents=True)
+    for source in (ROOT / "recipes").glob("*.yaml"):
+        shutil.copy2(source, project / "recipes" / source.name)
+    path = project / "recipes" / f"{name}.yaml"
+    base_image = load_recipe(str(path)).base_image
+    text = path.read_text()
+    assert f"base_image: {base_image}\n" in text, "the base image is set in the recipe itself"
+    path.write_text(text.replace(f"base_image: {base_image}\n",
+                                 f"base_image: {base_image}@{BASE_DIGEST}\n"))
+    return path
+
+
+def mirror_repository(mirror: Path, repository: str, ref: str) -> str:
+    """A local repository where ``repository`` (a GitHub URL) maps under ``mirror``, with
+    ``ref`` on its first commit; returns that commit."""
+    assert repository.startswith(GITHUB), repository
+    return git_repo(mirror / repository.removeprefix(GITHUB), ref, annotated=True)
+
+
+def test_the_rocm_7_2_line_is_shipped() -> None:
+    assert any(name.startswith("rocm-7.2.") for name in SHIPPED), SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
+                                                      served: IndexServer,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    path = copy_project(tmp_path, name)
+    monkeypatch.setenv("IMAGEBUILD_PROJECT", str(path.parents[1]))
+    recipe = load_recipe(str(path))
+    pins = dict(recipe.wheels.pinned)
+    release = f"rocm-rel-{recipe.rocm}"
+    made = make_rocm_wheels(served.directory / release, pins)
+    # What makes pinning hard upstream: another build of the same torch, a cp310 set.
+    other_build = pins["torch"].rsplit(".git", 1)[0] + ".git0badc0de"
+    make_wheel(served.directory / release, "torch", other_build)
+    make_rocm_wheels(served.directory / release, pins, python_tag="cp310")
+    make_pypi_index(served.directory / "simple",
+                    [*pypi_requirements(pins), *recipe.wheels.extra])
+
+    mirror = tmp_path / "github"
+    hipblaslt = recipe.hipblaslt.source
+    hipblaslt_commit = mirror_repository(mirror, hipblaslt.repository, hipblaslt.ref)
+    plugin = recipe.network_plugin.source
+    plugin_commit = mirror_repository(mirror, plugin.repository, plugin.ref)
+    libfabric_url = recipe.network_plugin.libfabric.url
+    archive = mirror / libfabric_url.removeprefix(GITHUB)
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"libfabric release archive " * 100)
+
+    lock = lock_recipe(recipe, LockOptions(
+        index_url=served.url_for(f"{release}/"), pypi_url=served.url_for("simple/"),
+        git_mirrors={GITHUB: f"file://{mirror}/"}, cache_dir=tmp_path / "cache"))
+
+    for project, version in pins.items():
+        wheel = lock.wheel(project)
+        assert wheel is not None and wheel.version == version, project
+        assert wheel.filename == wheel_filename(project, version)
+        assert wheel.url == served.url_for(f"{release}/{wheel.filename}")
+        assert wheel.sha256 == sha256_of(made[project])
+    assert {w.name for w in lock.wheels} >= {"numpy", "sympy", "filelock"}
+    assert lock.hipblaslt is not None and lock.hipblaslt.commit == hipblaslt_commit
+    assert lock.network_plugin is not None and lock.network_plugin.commit == plugin_commit
+    assert lock.libfabric is not None and lock.libfabric.sha256 == sha256_of(archive)
+    assert urlsplit(lock.libfabric.url).scheme == "file"
+    assert lock.base_digest == BASE_DIGEST
+    assert lock_status(recipe).state == "locked"
+    tool = tomllib.loads(lock_path(recipe).read_text())["tool"]["imagebuild"]
+    assert tool["wheel-index"] == served.url_for(f"{release}/")
