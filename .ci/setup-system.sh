@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (run as root) for imagebuild's integration tests:
-# apt packages, a Docker daemon, a local registry on 127.0.0.1:5000, podman storage and a
-# one-node SLURM cluster (munge, slurmctld, slurmd).
+# apt packages, a Docker daemon, a local registry on 127.0.0.1:5000, podman storage, a
+# one-node SLURM cluster (munge, slurmctld, slurmd), and what building enroot from source
+# needs plus an unprivileged user to run it as.
 # Idempotent: every step checks first and says what it did. No Docker Hub needed.
 #
 # Environment knobs:
@@ -9,6 +10,7 @@
 #   IMAGEBUILD_REGISTRY_ADDR    registry listen addr   (default 127.0.0.1:5000)
 #   IMAGEBUILD_REGISTRY_DIR     registry storage dir   (default /var/lib/imagebuild-registry)
 #   IMAGEBUILD_SLURM_DIR        SLURM state, spool and logs (default /var/lib/imagebuild-slurm)
+#   IMAGEBUILD_ENROOT_USER      unprivileged user the enroot tests run as (default imagebuild-enroot)
 #   IMAGEBUILD_SKIP_APT=1       skip apt-get (packages already installed)
 set -euo pipefail
 
@@ -345,5 +347,41 @@ if [[ ! $state =~ ^(idle|mix|alloc)$ ]]; then
     exit 1
 fi
 say "slurm: node $SLURM_NODE $state in partition debug ($(sinfo --version))"
+
+# --- enroot: the runtime under CSCS's Container Engine ----------------------------------
+# The tests build enroot from its source (../shared/fixtures/sources/enroot.bundle) with
+# Debian's makeself, musl-tools and linux-libc-dev in place of its git submodules, then run
+# the squashfs files the end-to-end tests make through it, as root and as the unprivileged
+# user below (enroot's unprivileged mode needs user namespaces, which the kernel allows
+# unless kernel.unprivileged_userns_clone=0).
+ENROOT_PACKAGES=(
+    build-essential musl-tools makeself linux-libc-dev   # building enroot
+    squashfs-tools procps passwd util-linux              # unsquashfs; enroot's hooks; setpriv
+)
+enroot_missing=()
+for pkg in "${ENROOT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
+        || enroot_missing+=("$pkg")
+done
+if [[ ${#enroot_missing[@]} -eq 0 ]]; then
+    say "enroot build packages already installed"
+elif [[ ${IMAGEBUILD_SKIP_APT:-0} == 1 ]]; then
+    say "IMAGEBUILD_SKIP_APT=1 but missing: ${enroot_missing[*]}" >&2
+    exit 2
+else
+    say "installing: ${enroot_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${enroot_missing[@]}" >/dev/null
+    say "installed: ${enroot_missing[*]}"
+fi
+ENROOT_TEST_USER=${IMAGEBUILD_ENROOT_USER:-imagebuild-enroot}
+if id -u "$ENROOT_TEST_USER" >/dev/null 2>&1; then
+    say "enroot: unprivileged test user $ENROOT_TEST_USER exists"
+else
+    useradd --create-home --shell /bin/bash --comment "imagebuild tests, enroot unprivileged" \
+        "$ENROOT_TEST_USER"
+    say "enroot: created unprivileged test user $ENROOT_TEST_USER"
+fi
 
 say "done in $(( $(date +%s) - started )) s"

@@ -31,10 +31,31 @@ def _sh_double_quote_body(text: str) -> str:
     return re.sub(r'([\\"`$])', r"\\\1", text)
 
 
+#: A value enroot would change when reading /etc/environment back: its runtime strips one
+#: quote character from each end (src/common.sh ``common::envfmt``).
+_ENROOT_STRIPS_QUOTES = re.compile(r"""^["'].*["'][ \t\n\r\f\v]*$""", re.DOTALL)
+
+
+def enroot_env_item(item: str) -> str:
+    """``KEY=value`` as enroot must read it (in /etc/environment or ``start --env``) for
+    the container to see ``value``."""
+    key, sep, value = item.partition("=")
+    if sep and _ENROOT_STRIPS_QUOTES.match(value):
+        # One more pair of quotes, which envfmt strips again: the container sees the value.
+        return f'{key}="{value}"'
+    return item
+
+
 def enroot_environment(config: ImageConfig) -> str:
     """/etc/environment: one ``KEY=value`` line per image ENV, unquoted, as enroot writes it
-    (``jq -r '.config.Env[]'``) and as its runtime reads it back."""
-    return "".join(f"{item}\n" for item in config.env)
+    (``jq -r '.config.Env[]'``) and as its runtime reads it back.
+
+    Unlike enroot's own import, a value that starts and ends with a quote gets one more
+    pair, so that the container sees it as docker does. ``${NAME}`` in a value cannot be
+    protected: enroot replaces it with the host's $NAME when the container starts
+    (``common::envsubst``, no escape); recipes refuse such values.
+    """
+    return "".join(f"{enroot_env_item(item)}\n" for item in config.env)
 
 
 def enroot_fstab(config: ImageConfig) -> str:

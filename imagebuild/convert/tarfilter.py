@@ -14,6 +14,14 @@ from typing import Any, BinaryIO
 #: marker is /run/.containerenv.
 _DROP_EXACT = frozenset({".dockerenv", "run/.containerenv"})
 _DROP_UNDER = ("dev/",)
+#: The build host's network identity, written as empty files whatever the image holds.
+#: Runtimes bind the running host's over them (docker and podman; enroot's
+#: conf/mounts/10-system.fstab all three; Apptainer's apptainer.conf /etc/hosts and
+#: resolv_conf), so their content is never meant to be seen. Docker exports them empty (its
+#: init layer creates them as mount points); a podman-built image can carry the build
+#: host's name and private nameserver addresses. Empty files make both engines' output the
+#: same and leak nothing.
+HOST_FILES = ("etc/hostname", "etc/hosts", "etc/resolv.conf")
 _STREAM_BUFFER = 1 << 20
 
 
@@ -142,12 +150,14 @@ def filter_rootfs_tar(
     Both sides stream: file bodies are copied through in 1 MiB pieces, never held whole,
     so memory stays flat for a 30 GB image. Member metadata (owner, mode incl.
     setuid/setgid, symlink and hard-link targets, PAX xattrs) passes unchanged, except:
-    engine-only members are dropped, entries replace members of the same path, and mtimes
-    later than ``clamp_mtime`` are clamped to it (the files the engine creates at container
+    engine-only members are dropped, entries replace members of the same path, the
+    ``HOST_FILES`` become empty files (unless ``entries`` give them), and mtimes later than
+    ``clamp_mtime`` are clamped to it (the files the engine creates at container
     creation carry the export's wall time; clamping makes the output reproducible while
     keeping image mtimes, which Python's .pyc validation depends on).
     """
-    wanted = {e.path: e for e in entries}
+    wanted = {path: RootfsEntry(path) for path in HOST_FILES}
+    wanted.update((e.path, e) for e in entries)
     files = {p: e for p, e in wanted.items() if e.kind != "dir"}
     seen: set[str] = set()
     dropped: list[str] = []

@@ -51,6 +51,12 @@ SAFE_TEXT = r"^(?!.*\$\()[^\x00-\x1f\x7f`]*$"
 BALANCED_DOUBLE_QUOTES = r'^[^"]*("[^"]*"[^"]*)*$'
 BALANCED_SINGLE_QUOTES = r"^[^']*('[^']*'[^']*)*$"
 SAFE_TEXT_PATTERNS = (SAFE_TEXT, BALANCED_DOUBLE_QUOTES, BALANCED_SINGLE_QUOTES)
+# An env value must mean the same in every runtime, and "${" cannot: docker, podman and
+# Apptainer keep ${NAME} literal (the renderer escapes "$"), while enroot, and so CSCS's
+# Container Engine, replaces ${NAME} in the image's /etc/environment with the host's $NAME
+# when a container starts (NVIDIA/enroot src/common.sh, common::envsubst; no escape
+# exists). A bare $NAME is literal everywhere.
+ENV_VALUE = r"^(?!.*\$\{)"
 
 
 def matches(pattern: str, value: str) -> bool:

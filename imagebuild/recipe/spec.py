@@ -155,7 +155,10 @@ RECIPE = Obj(
         }),
         "env": Table(key=Str("an environment variable name, not one the image sets itself "
                              f"({', '.join(grammar.RESERVED_ENV)})", grammar.ENV_KEY),
-                     value=TEXT),
+                     value=Str("a single line of text without ${ (enroot and the Container "
+                               "Engine replace ${NAME} with the host's value when a container "
+                               "starts, docker, podman and Apptainer keep it literal; $NAME "
+                               "is literal everywhere)", grammar.ENV_VALUE, free_text=True)),
         "labels": Table(key=Str("a label key like org.example.site (imagebuild.* and "
                                 "org.opencontainers.image.base.* are set by imagebuild)",
                                 grammar.LABEL_KEY), value=TEXT),

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
+import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,8 +23,9 @@ from imagebuild.convert.runtime_files import (
 )
 from imagebuild.convert.sources import ImageConfig, TarballSource
 from imagebuild.convert.squashfs import squash_image
+from imagebuild.convert.tarfilter import HOST_FILES, filter_rootfs_tar
 from tests.convert.conftest import CONFIG, Crafted
-from tests.support.squashfs import cat, read_squashfs
+from tests.support.squashfs import Member, cat, members_of_tar, read_squashfs
 
 
 def sh(script: str, *args: str, cwd: Path | None = None,
@@ -37,6 +41,16 @@ def test_environment_is_one_line_per_env() -> None:
         "PATH=/usr/local/bin:/usr/bin:/bin\nGREETING=hello world\n"
         'TRICKY=a"b$c`d\\e\nEMPTY=\n')
     assert enroot_environment(ImageConfig()) == ""
+
+
+def test_environment_quotes_values_enroot_would_unquote() -> None:
+    """enroot strips one quote from each end of a value that starts and ends with one
+    (common::envfmt): such values get one more pair, nothing else is quoted."""
+    config = ImageConfig(env=('A="x"', "B='y' ", "C=\"it's'", 'D=say "hi"', "E='",
+                              'F="a" and "b"'))
+    assert enroot_environment(config).splitlines() == [
+        'A=""x""', "B=\"'y' \"", "C=\"\"it's'\"", 'D=say "hi"', "E='",
+        'F=""a" and "b""']
 
 
 def test_fstab_binds_each_volume() -> None:
@@ -132,6 +146,54 @@ def test_labels_json_sorted_tab_indented() -> None:
     assert json.loads(text) == dict(CONFIG.labels)
     assert text.splitlines()[1].startswith('\t"org.opencontainers.image.title"')
     assert labels_json(ImageConfig()) == "{}"
+
+
+# --- the build host's files -------------------------------------------------------------------
+
+def _filtered(tmp_path: Path, build: Callable[[tarfile.TarFile], None]) -> dict[str, Member]:
+    source, out = tmp_path / "in.tar", tmp_path / "out.tar"
+    with tarfile.open(source, "w", format=tarfile.PAX_FORMAT) as tar:
+        build(tar)
+    with open(source, "rb") as src, open(out, "wb") as dst:
+        filter_rootfs_tar(src, dst, clamp_mtime=1_700_000_000)
+    with open(out, "rb") as stream:
+        return members_of_tar(stream)
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE,
+         link: str = "") -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, len(data)
+    info.mode, info.uid, info.gid, info.mtime = 0o600, 1000, 1000, 1_650_000_000
+    tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+def test_build_host_files_become_empty(tmp_path: Path) -> None:
+    """A podman-built image carries the build host's name and nameservers: whatever the
+    engine wrote, the output has empty root-owned files (what docker exports)."""
+    def build(tar: tarfile.TarFile) -> None:
+        _add(tar, "etc", kind=tarfile.DIRTYPE)
+        _add(tar, "etc/hostname", b"buildhost.internal\n")
+        _add(tar, "etc/hosts", b"10.1.2.3 buildhost.internal\n")
+        _add(tar, "etc/hosts.orig", kind=tarfile.LNKTYPE, link="etc/hosts")
+        _add(tar, "etc/resolv.conf", kind=tarfile.SYMTYPE,
+             link="../run/systemd/resolve/stub-resolv.conf")
+        _add(tar, "etc/keep", b"image data\n")
+
+    members = _filtered(tmp_path, build)
+    for name in HOST_FILES + ("etc/hosts.orig",):
+        got = members[name]
+        assert (got.type, got.size, got.mode, got.uid, got.gid, got.mtime) == \
+            ("file", 0, 0o644, 0, 0, 1_700_000_000), name
+    assert members["etc/keep"].data == b"image data\n"
+
+
+def test_build_host_files_are_made_when_missing(tmp_path: Path) -> None:
+    """Present in every output, so a runtime always finds its bind-mount targets."""
+    members = _filtered(tmp_path, lambda tar: _add(tar, "opt", kind=tarfile.DIRTYPE))
+    assert members["etc"].type == "dir" and members["etc"].mode == 0o755
+    assert all(members[name].type == "file" and members[name].size == 0
+               for name in HOST_FILES)
 
 
 # --- inside a real squashfs -------------------------------------------------------------------

@@ -17,6 +17,7 @@ from imagebuild import cli
 from imagebuild.commands.squash import resolve_target
 from imagebuild.convert.sources import DockerSource, PodmanSource, source_for_engine
 from imagebuild.convert.squashfs import squash_image
+from imagebuild.convert.tarfilter import HOST_FILES
 from tests.support.squashfs import cat, hardlink_groups, members_of_tar, read_squashfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -77,7 +78,7 @@ def test_squash_matches_the_export(docker_engine, feature_image: str, out: Path)
     # except the engine's own files and the convention files written on purpose.
     with source.rootfs_tar() as stream:
         exported = members_of_tar(stream)
-    replaced = {"etc/environment", "etc/fstab", "etc/rc", "etc/rc.local"}
+    replaced = {"etc/environment", "etc/fstab", "etc/rc", "etc/rc.local", *HOST_FILES}
     for path, want in exported.items():
         if path == ".dockerenv" or path.startswith("dev/"):
             assert path not in members, path
@@ -95,6 +96,7 @@ def test_squash_matches_the_export(docker_engine, feature_image: str, out: Path)
     assert (members["home/alice"].uid, members["home/alice"].gid) == (1234, 1234)
     assert members["opt/stamp/old"].mtime == 1_500_000_000
     assert members["dev"].type == "dir"
+    assert all(members[name].size == 0 and members[name].mode == 0o644 for name in HOST_FILES)
     assert cat(sqsh, "/etc/environment").decode().splitlines() == list(config.env)
     assert "exec '/bin/echo' 'from' 'cmd'" in cat(sqsh, "/etc/rc").decode()
     assert cat(sqsh, "/etc/fstab").decode() == \
@@ -209,5 +211,7 @@ def test_podman_export(podman_engine, podman_base_image: str, tmp_path: Path) ->
     members = read_squashfs(result.artifact.path)
     assert "run/.containerenv" not in members
     assert members["usr/bin/python3"].type in ("symlink", "file")
+    # podman leaves the build host's name and nameservers where docker leaves empty files
+    assert all(members[name].type == "file" and members[name].size == 0 for name in HOST_FILES)
     assert cat(result.artifact.path, "/etc/environment").decode().splitlines() == \
         list(source.config().env)

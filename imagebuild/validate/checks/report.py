@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,44 @@ def utc_now() -> _dt.datetime:
 def default_report_path(host: str, when: _dt.datetime) -> Path:
     safe_host = re.sub(r"[^A-Za-z0-9_.-]", "_", host)
     return Path("reports") / f"validate-{safe_host}-{when.strftime('%Y%m%dT%H%M%SZ')}.json"
+
+
+def _cannot_write(directory: Path) -> str | None:
+    """Why no file can be created in ``directory`` (made if missing), or None if one can.
+
+    Probed by creating a file: permission bits, a read-only mount (enroot's default root,
+    Apptainer's image, ``docker run --read-only``) and a full disk all show up the same way.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def default_report_destination(host: str, when: _dt.datetime) -> tuple[Path, str | None]:
+    """Where a report goes when no --report was given, and a note when not the usual place.
+
+    ``./reports/`` when the working directory takes files; else the same name under the
+    temporary directory (``$TMPDIR``, else ``/tmp``; enroot mounts a tmpfs there even on a
+    read-only root), so a run on a read-only image still keeps its report. When no place
+    takes files, the usual path: writing it then fails with the reason.
+    """
+    preferred = default_report_path(host, when)
+    why = _cannot_write(preferred.parent)
+    if why is None:
+        return preferred, None
+    try:
+        fallback = Path(tempfile.gettempdir()) / preferred
+    except FileNotFoundError:  # no writable temporary directory either
+        return preferred, None
+    if _cannot_write(fallback.parent) is not None:
+        return preferred, None
+    return fallback, (f"note: cannot write {preferred.parent}/ here ({why}); the report goes "
+                      f"to {fallback} (in a container that directory may vanish with it: "
+                      "--report PATH picks a lasting place)")
 
 
 def exit_code(results: Sequence[CheckResult], allow_cpu: bool) -> int:

@@ -34,7 +34,7 @@ from .options import check_consistency, manifest_path, parse, selected_checks
 from .report import (
     EVENT_PREFIX,
     build_report,
-    default_report_path,
+    default_report_destination,
     exit_code,
     format_table,
     utc_now,
@@ -326,7 +326,12 @@ def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]]) -> dict[str,
 def _destination(options: Any, ctx: Any, started: _dt.datetime) -> Path | None:
     if options.report == "-" or ctx.rank != 0:
         return None
-    return Path(options.report) if options.report else default_report_path(ctx.host, started)
+    if options.report:
+        return Path(options.report)
+    destination, note = default_report_destination(ctx.host, started)
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    return destination
 
 
 def _write_partial(facts: dict[str, Any], results: list[CheckResult], pending: list[str],
@@ -347,19 +352,20 @@ def _finish(options: Any, facts: dict[str, Any], results: list[CheckResult],
                           run={**facts, "complete": True, "checks_pending": []},
                           allow_cpu=options.allow_cpu)
     code = report["summary"]["exit_code"]
+    written = None
     if destination is not None:
         try:
-            write_report(report, destination)
+            written = write_report(report, destination)
         except OSError as exc:
             print(f"error: cannot write report {destination}: {exc.strerror}", file=sys.stderr)
             code = 2
     if options.events:
         Progress(True, True).emit("report", report=report,
-                                  path=str(destination) if destination else None)
+                                  path=str(written) if written else None)
     else:
         print(format_table(report))
-        if destination:
-            print(f"report: {destination}")
+        if written:
+            print(f"report: {written}")
     return code
 
 
