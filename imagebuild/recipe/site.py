@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,13 @@ from typing import Any
 import yaml
 
 from imagebuild.errors import Problem, SiteProfileError, SquashError
+from imagebuild.recipe.site_launch import (
+    ApptainerSettings,
+    ContainerSettings,
+    NetworkSettings,
+    SlurmSettings,
+    parse_launch_settings,
+)
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -25,7 +32,8 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
 _ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
 
-_TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric"}
+_TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric",
+             "container", "network", "slurm", "apptainer"}
 _LIBFABRIC_KEYS = {"provided_by", "version", "library_dir"}
 _RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _EDF_KEYS = {"image_dir", "workdir", "writable", "mounts", "env", "annotations",
@@ -78,6 +86,13 @@ class SiteProfile:
     libfabric: LibfabricPolicy | None
     source: str  # where the profile was read from
     sha256: str  # of the profile file's bytes
+    #: What every container runtime at the site binds and sets (EDF, apptainer, sbatch).
+    container: ContainerSettings = field(default_factory=ContainerSettings)
+    #: The high-speed network as the checks should find it (socket interfaces, provider).
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+    #: How a SLURM job binds its ranks here (imagebuild validate --launcher sbatch).
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    apptainer: ApptainerSettings = field(default_factory=ApptainerSettings)
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -216,6 +231,8 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
                 variants = {}
             hook = HookVariants(prefix, tuple(sorted(variants.items())))
     libfabric = _libfabric(raw.get("libfabric"), problem)
+    launch = parse_launch_settings(raw, problem,
+                                   library_dir=libfabric.library_dir if libfabric else None)
     profile = SiteProfile(
         name=name,
         description=text("description", raw.get("description"), required=False),
@@ -232,6 +249,10 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         libfabric=libfabric,
         source=source,
         sha256=hashlib.sha256(data).hexdigest(),
+        container=launch.container,
+        network=launch.network,
+        slurm=launch.slurm,
+        apptainer=launch.apptainer,
     )
     if problems:
         raise SiteProfileError(problems)

@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.errors import ValidateError
+from imagebuild.recipe.site_runtime import CPU_BIND, GPU_SELECTIONS, IFNAME
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
+from imagebuild.validate.invocation import LOADER_PREFIX_SCRIPT
+from imagebuild.validate.launch_apptainer import apptainer_gpu_flags
 
 if TYPE_CHECKING:
-    from imagebuild.validate.host import Invocation, Target
+    from imagebuild.validate.invocation import Invocation
+    from imagebuild.validate.target import Target
 
-GPU_SELECTIONS = ("local-id", "closest")
 #: The GPU visibility variable each runtime reads. ROCR_VISIBLE_DEVICES (not HIP_...): it
 #: is applied below HIP, so HIP's own numbering starts at 0 in every rank.
 VISIBLE_DEVICES_VAR = {"rocm": "ROCR_VISIBLE_DEVICES", "nvidia": "CUDA_VISIBLE_DEVICES"}
@@ -39,8 +42,6 @@ CPU_TASKS_PER_NODE = 2
 #: has 56 usable cores for 8 GCDs, MI300A/MI300X nodes more).
 GPU_CPUS_PER_TASK = 7
 
-_CPU_BIND = re.compile(r"^(cores|threads|sockets|ldoms|rank|none|"
-                       r"(mask_cpu|map_cpu|mask_ldom|map_ldom):[0-9A-Fa-fx,*]+)$")
 #: Rendezvous on the first host of the allocation. awk, not head: head would close the
 #: pipe early and, under pipefail, end the job on scontrol's SIGPIPE.
 RENDEZVOUS = """\
@@ -52,7 +53,6 @@ export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK"""
 SOCKET_IFNAME_WHY = """\
 # The interfaces for bootstrap and rendezvous sockets. Without GLOO_SOCKET_IFNAME gloo
 # uses the address the host name resolves to, which fails on large jobs."""
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:^-]+(,[A-Za-z0-9_.:^-]+)*$")
 _ENV_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
@@ -98,13 +98,13 @@ def check_spec(spec: SbatchSpec) -> None:
         value = getattr(spec, name)
         if value is not None and value < 1:
             raise ValidateError(f"--{name.replace('_', '-')} {value}: expected an integer >= 1")
-    if not _CPU_BIND.match(spec.cpu_bind):
+    if not CPU_BIND.match(spec.cpu_bind):
         raise ValidateError(f"--cpu-bind {spec.cpu_bind!r}: expected cores, threads, sockets, "
                             "none or mask_cpu:MASK,MASK,... (one mask per local rank)")
     if spec.gpu_select not in GPU_SELECTIONS:
         raise ValidateError(f"--gpu-select {spec.gpu_select!r}: choose from "
                             f"{', '.join(GPU_SELECTIONS)}")
-    if spec.socket_ifname is not None and not _IFNAME.match(spec.socket_ifname):
+    if spec.socket_ifname is not None and not IFNAME.match(spec.socket_ifname):
         raise ValidateError(f"--socket-ifname {spec.socket_ifname!r}: expected interface names "
                             "separated by commas (e.g. hsn0,hsn1 or lo)")
 
@@ -183,21 +183,35 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
         srun.append("--gpu-bind=closest")
     runner = [invocation.python, "-m", IMAGE_PACKAGE, *invocation.runner_args]
     wrapped = ["bash", "-c", '"$rank_setup"', "imagebuild-rank"]
+    before_command: list[str] = []
     if target.kind == "environment":
         if checks_dir is None:
             raise ValidateError("--launcher sbatch without an image needs the staged checks")
         pythonpath = shlex.quote(str(checks_dir)) + "${PYTHONPATH:+:$PYTHONPATH}"
         lines.append(f"export PYTHONPATH={pythonpath}")
+        if invocation.library_dir:
+            lines += ["# The site's libfabric first on the loader path.",
+                      f"export LD_LIBRARY_PATH={shlex.quote(invocation.library_dir)}"
+                      + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"]
         command = [*srun, *wrapped, *_quoted(runner)]
     elif target.kind == "sif":
         lines += ["# apptainer, or singularity where a site has only that.",
                   "runtime=$(command -v apptainer || command -v singularity || echo apptainer)",
                   f"export PYTHONPATH={IMAGE_LIB}"]
-        exec_flags = _apptainer_gpu_flags(gpus, invocation.bind_host_rocm)
+        exec_flags = _quoted(apptainer_gpu_flags(gpus, invocation.bind_host_rocm))
+        for bind in invocation.binds:  # the site's: its libfabric, libcxi... (${VAR} kept)
+            exec_flags += ["--bind", shell_value(bind.spec())]
         if spec.mount_checks and checks_dir is not None:
-            exec_flags += ["--bind", f"{checks_dir}:{IMAGE_LIB}:ro"]
-        command = [*srun, *wrapped, '"$runtime"', "exec", *_quoted(exec_flags),
-                   shlex.quote(str(target.ref)), *_quoted(runner)]
+            exec_flags += ["--bind", shlex.quote(f"{checks_dir}:{IMAGE_LIB}:ro")]
+        inside = runner
+        if invocation.library_dir:
+            # The site's libfabric first on the loader path, after the image's environment
+            # applies (apptainer --env would replace the image's LD_LIBRARY_PATH).
+            inside = ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, invocation.library_dir, *runner]
+            before_command = ["# The loader-path prefix expands inside the container.",
+                              "# shellcheck disable=SC2016"]
+        command = [*srun, *wrapped, '"$runtime"', "exec", *exec_flags,
+                   shlex.quote(str(target.ref)), *_quoted(inside)]
     elif spec.environment:
         if spec.mount_checks and checks_dir is not None:
             lines += ["# This checkout's checks; the EDF must mount the file system they are on.",
@@ -209,18 +223,8 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
     else:
         raise ValidateError(f"--launcher sbatch with image {target.ref}: name a Container Engine "
                             "environment (--environment NAME) or pass a .sif file")
-    lines += ["", " ".join(command) + ' --report "$report"']
+    lines += ["", *before_command, " ".join(command) + ' --report "$report"']
     return "\n".join(lines) + "\n"
-
-
-def _apptainer_gpu_flags(gpus: str, bind_host_rocm: bool) -> list[str]:
-    # apptainer mounts the host's /dev, so /dev/kfd and /dev/dri are there without --rocm;
-    # --nv is needed: an image carries no NVIDIA driver libraries.
-    if gpus == "rocm" and bind_host_rocm:
-        return ["--rocm"]
-    if gpus == "nvidia":
-        return ["--nv"]
-    return []
 
 
 def _quoted(words: Iterable[str]) -> list[str]:

@@ -21,6 +21,9 @@ BEVERIN_ENV = {
     "FI_CXI_DEFAULT_TX_SIZE": "32768", "FI_CXI_DISABLE_HOST_REGISTER": "1",
     "FI_MR_CACHE_MONITOR": "userfaultfd", "FI_CXI_RDZV_EAGER_SIZE": "0",
     "FI_CXI_RDZV_GET_MIN": "0", "FI_CXI_RDZV_THRESHOLD": "0", "HSA_NO_SCRATCH_RECLAIM": "1",
+    "FI_CXI_RX_MATCH_MODE": "software",
+    # network.socket_ifname, for NCCL's bootstrap and gloo alike
+    "NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "GLOO_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3",
 }
 
 
@@ -80,11 +83,44 @@ def test_cpu_only_image_has_no_hook() -> None:
 def test_lumi_profile() -> None:
     _, edf = render("lumi", "7.0.2")
     check_documented(edf)
-    assert edf["env"] == {"NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3",
-                          "NCCL_NET_GDR_LEVEL": "PHB",
-                          "MIOPEN_USER_DB_PATH": "/tmp/${USER}-miopen-cache-${SLURM_NODEID}"}
+    # What the CXI provider needs bound from the host, the Cray libfabric first on the
+    # loader path (ahead of the image's, which only the loader cache knows), and the
+    # variables Slingshot needs for forked processes.
+    assert edf["mounts"] == ["/opt/cray:/opt/cray:ro", "/var/spool/slurmd:/var/spool/slurmd",
+                             "/usr/lib64/libcxi.so.1:/usr/lib64/libcxi.so.1"]
+    assert edf["env"] == {
+        "LD_LIBRARY_PATH": "/opt/cray/libfabric/1.22.0/lib64:${LD_LIBRARY_PATH}",
+        "CXI_FORK_SAFE": "1", "CXI_FORK_SAFE_HP": "1", "FI_CXI_DISABLE_CQ_HUGETLB": "1",
+        "NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "GLOO_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3",
+        "NCCL_NET_GDR_LEVEL": "3",
+        "MIOPEN_USER_DB_PATH": "/tmp/${USER}-miopen-cache-${SLURM_NODEID}",
+        "MIOPEN_CUSTOM_CACHE_DIR": "/tmp/${USER}-miopen-cache-${SLURM_NODEID}"}
     assert "annotations" not in edf
     assert load_site("lumi").formats == ("sif",)
+
+
+def test_beverin_binds_nothing_the_cxi_hook_brings() -> None:
+    _, edf = render("cscs-beverin", "7.0.2")
+    assert edf["mounts"] == ["${SCRATCH}:${SCRATCH}"]  # EDF-only, no site binds
+    assert "LD_LIBRARY_PATH" not in edf["env"]  # the hook replaces libfabric in place
+
+
+def test_container_binds_and_edf_mounts_merge_without_duplicates(tmp_path: Path) -> None:
+    site = parse_site(b"""\
+name: both
+container:
+  binds: ["/opt/vendor:/opt/vendor:ro"]
+  env: {A: "1"}
+edf:
+  mounts: ["/opt/vendor:/opt/vendor:ro", "${SCRATCH}:${SCRATCH}"]
+  env: {A: "2", B: "3"}
+libfabric: {provided_by: site, version: "1.22.0", library_dir: /opt/vendor/lib64}
+""", "sites/both.yaml")
+    edf = tomllib.loads(render_edf(recipe="r", image="/i.sqsh", site=site, rocm_version="7.0.2"))
+    assert edf["mounts"] == ["/opt/vendor:/opt/vendor:ro", "${SCRATCH}:${SCRATCH}"]
+    # EDF-only entries win over the every-runtime ones (they are the more specific).
+    assert edf["env"] == {"A": "2", "B": "3",
+                          "LD_LIBRARY_PATH": "/opt/vendor/lib64:${LD_LIBRARY_PATH}"}
 
 
 def test_header_names_inputs_and_changes_with_them() -> None:

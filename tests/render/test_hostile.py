@@ -112,7 +112,9 @@ def test_hostile_values_are_refused_at_load(tmp_path: Path, key: str, value, exp
 # --- inert when allowed ---------------------------------------------------------------------
 
 INERT_ENV = {
-    "DOLLAR": "$HOME and ${PATH} and $$",
+    # "${" is refused in env values (tests/recipe/fixtures/bad/braced-variable-in-env); a
+    # label may carry it (the dollar label below), and must come out inert too.
+    "DOLLAR": "$HOME and $PATH and $$ and $",
     "BACKSLASH": "C:\\new\\table\\",
     "QUOTES": 'say "hi" && RUN echo "owned"',
     "SINGLE": "'single' quotes",
@@ -124,7 +126,8 @@ INERT_ENV = {
 
 def test_allowed_metacharacters_come_out_inert(tmp_path: Path, benign_count: int):
     path = write_recipe(tmp_path, env=INERT_ENV,
-                        labels={"org.example.quote": 'x" LABEL y="z', "org.example.dollar": "$USER"})
+                        labels={"org.example.quote": 'x" LABEL y="z',
+                                "org.example.dollar": "$USER ${PATH}"})
     recipe = load_recipe(path)
     text = render_dockerfile(make_plan(recipe, None))
     # The same number of instructions as the benign recipe, plus one per extra ENV/LABEL.
@@ -134,7 +137,7 @@ def test_allowed_metacharacters_come_out_inert(tmp_path: Path, benign_count: int
     for key, value in INERT_ENV.items():
         line = f"ENV {key}={dockerfile_quote(value)}"
         assert line in final, line
-    assert f"LABEL org.example.dollar={dockerfile_quote('$USER')}" in final
+    assert f"LABEL org.example.dollar={dockerfile_quote('$USER ${PATH}')}" in final
     # Every `$` in recipe-provided ENV and LABEL values is escaped.
     for instruction in final:
         if instruction.startswith(("ENV DOLLAR", "LABEL org.example.dollar")):
@@ -143,7 +146,7 @@ def test_allowed_metacharacters_come_out_inert(tmp_path: Path, benign_count: int
 
 def test_dockerfile_quote_round_trips():
     """Undoing the Dockerfile escapes gives the original value back, for any text."""
-    for value in [*INERT_ENV.values(), "", "\\", '"', "$", "\\$", '\\"']:
+    for value in [*INERT_ENV.values(), "${PATH}", "", "\\", '"', "$", "\\$", '\\"']:
         quoted = dockerfile_quote(value)
         assert quoted.startswith('"') and quoted.endswith('"')
         body = quoted[1:-1]

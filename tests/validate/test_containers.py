@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from imagebuild.engine.podman import inherited_ulimits
+from imagebuild.recipe.site_runtime import Bind
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE
 from imagebuild.validate.checks.report import EVENT_PREFIX
-from imagebuild.validate.host import Invocation, Target, prepare_inputs, validate
+from imagebuild.validate.host import validate
+from imagebuild.validate.invocation import Invocation, prepare_inputs
+from imagebuild.validate.target import Target
 
 STAND_IN = f'''
 import json, os, sys
@@ -36,6 +40,10 @@ emit("check_finished", result=result)
 emit("report", report={{"host": "container", "checks": [result], "args": args,
                        "pythonpath": os.environ.get("PYTHONPATH"),
                        "nccl": os.environ.get("NCCL_SOCKET_IFNAME"),
+                       "cxi": os.environ.get("CXI_FORK_SAFE"),
+                       "ld_library_path": os.environ.get("LD_LIBRARY_PATH"),
+                       "site_files": sorted(os.listdir("/site/libfabric/lib64"))
+                       if os.path.isdir("/site/libfabric/lib64") else None,
                        "thresholds": thresholds, "summary": {{"exit_code": 1}}}})
 sys.exit(1)
 '''
@@ -53,11 +61,11 @@ def stand_in_checks(tmp_path: Path) -> Path:
     return root
 
 
-def _run(launcher: str, image: str, checks: Path, tmp_path: Path):
+def _run(launcher: str, image: str, checks: Path, tmp_path: Path, **site: Any):
     inputs, flags = prepare_inputs({"train_min_mfu": 0.3}, container=True)
     invocation = Invocation(launcher=launcher, runner_args=("--allow-cpu", *flags), gpus="none",
                             inputs_dir=inputs, mount_checks=checks,
-                            env={"NCCL_SOCKET_IFNAME": "hsn0"})
+                            env={"NCCL_SOCKET_IFNAME": "hsn0", **site.pop("env", {})}, **site)
     events, lines = [], []
     outcome = validate(Target("image", image), invocation, report_path=tmp_path / "r.json",
                        on_event=events.append, on_line=lines.append)
@@ -97,3 +105,26 @@ def test_podman_launcher_round_trip(podman_base_image: str, stand_in_checks: Pat
                     f"{probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else probe.returncode}")
     outcome, events, lines = _run("podman", podman_base_image, stand_in_checks, tmp_path)
     _assert_round_trip(outcome, events, lines, tmp_path, "podman", podman_base_image)
+
+
+@pytest.mark.integration
+@pytest.mark.docker
+def test_docker_launcher_applies_the_site_binds_environment_and_loader_path(
+        base_image: str, stand_in_checks: Path, tmp_path: Path) -> None:
+    """What a site profile asks (LUMI: /opt/cray bound, its libfabric directory first on
+    LD_LIBRARY_PATH, CXI_FORK_SAFE) reaches the process inside the container."""
+    libfabric = tmp_path / "host-libfabric"
+    libfabric.mkdir()
+    (libfabric / "libfabric.so.1").write_text("stand-in")
+    libfabric.chmod(0o755)
+    (libfabric / "libfabric.so.1").chmod(0o644)
+    outcome, events, lines = _run(
+        "docker", base_image, stand_in_checks, tmp_path, env={"CXI_FORK_SAFE": "1"},
+        binds=(Bind(str(libfabric), "/site/libfabric/lib64", read_only=True),),
+        library_dir="/site/libfabric/lib64")
+    _assert_round_trip(outcome, events, lines, tmp_path, "docker", base_image)
+    report = outcome.report
+    assert report["site_files"] == ["libfabric.so.1"]
+    assert report["cxi"] == "1"
+    # First on the loader path, ahead of whatever the image sets (the base sets nothing).
+    assert report["ld_library_path"].split(":")[0] == "/site/libfabric/lib64"

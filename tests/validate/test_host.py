@@ -15,22 +15,19 @@ from imagebuild.errors import ValidateError
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.checks.options import add_arguments
 from imagebuild.validate.checks.report import EVENT_PREFIX
-from imagebuild.validate.host import (
+from imagebuild.validate.events import EventStream
+from imagebuild.validate.host import choose_launcher, validate
+from imagebuild.validate.invocation import (
     CONTAINER_INPUTS,
-    EventStream,
     Invocation,
-    Target,
-    apptainer_argv,
-    choose_launcher,
-    detect_gpu_kind,
-    docker_run_kwargs,
-    enroot_argvs,
     iter_runner_flags,
     passthrough_env,
-    podman_argv,
-    resolve_target,
-    validate,
 )
+from imagebuild.validate.launch_apptainer import apptainer_argv
+from imagebuild.validate.launch_docker import docker_run_kwargs
+from imagebuild.validate.launch_enroot import enroot_argvs
+from imagebuild.validate.launch_podman import podman_argv
+from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
 
 def test_targets(tmp_path: Path) -> None:

@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 
 from imagebuild.errors import ValidateError
+from imagebuild.recipe.site_runtime import Bind
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE
 from imagebuild.validate.checks.data import UsageError
 from imagebuild.validate.checks.launch import detect_launch, expand_nodelist, slurm_default_port
-from imagebuild.validate.host import Invocation, Target, apptainer_argv, apptainer_binary
+from imagebuild.validate.invocation import LOADER_PREFIX_SCRIPT, Invocation, container_command
+from imagebuild.validate.launch_apptainer import apptainer_argv, apptainer_binary
 from imagebuild.validate.launch_sbatch import SbatchSpec, sbatch_script, shell_value, write_sbatch
+from imagebuild.validate.target import Target
 from tests.support.validate import run_imagebuild
 
 
@@ -203,3 +206,77 @@ def test_cli_writes_a_script_for_this_environment(tmp_path: Path) -> None:
     assert f"{sys.executable} -m {IMAGE_PACKAGE} --checks collectives --allow-cpu" in text
     refused = run_imagebuild("validate", "--local", "--launcher", "docker", cwd=tmp_path)
     assert refused.returncode == 2 and "--local" in refused.stderr
+
+
+LUMI_BINDS = (Bind("/opt/cray", "/opt/cray", read_only=True), Bind("/var/spool/slurmd",
+              "/var/spool/slurmd"), Bind("/usr/lib64/libcxi.so.1", "/usr/lib64/libcxi.so.1"))
+LIBFABRIC = "/opt/cray/libfabric/1.22.0/lib64"
+
+
+def test_loader_prefix_puts_the_site_libfabric_first(tmp_path: Path) -> None:
+    """The prefix runs inside the container after its environment applies: a real sh,
+    with and without an image LD_LIBRARY_PATH."""
+    command = container_command(_invocation(library_dir=LIBFABRIC, python="python3"))
+    assert command[:4] == ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, LIBFABRIC]
+    probe = ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, LIBFABRIC, "sh", "-c",
+             'printf %s "$LD_LIBRARY_PATH"']
+    image = subprocess.run(probe, capture_output=True, text=True, check=True,
+                           env={"LD_LIBRARY_PATH": "/opt/rocm/lib", "PATH": "/usr/bin:/bin"})
+    assert image.stdout == f"{LIBFABRIC}:/opt/rocm/lib"
+    bare = subprocess.run(probe, capture_output=True, text=True, check=True,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert bare.stdout == LIBFABRIC  # no empty entry (the current directory) appended
+    assert container_command(_invocation(python="python3"))[0] == "python3"
+
+
+def test_apptainer_command_line_carries_the_site_binds_and_loader_path() -> None:
+    argv = apptainer_argv(Target("sif", "/x.sif"), _invocation(
+        binds=LUMI_BINDS, library_dir=LIBFABRIC, env={"CXI_FORK_SAFE": "1"}), binary="apptainer")
+    assert argv[:2] == ["apptainer", "exec"] and "--rocm" not in argv
+    assert "CXI_FORK_SAFE=1" in argv
+    binds = [argv[i + 1] for i, word in enumerate(argv) if word == "--bind"]
+    assert binds == ["/opt/cray:/opt/cray:ro", "/var/spool/slurmd:/var/spool/slurmd",
+                     "/usr/lib64/libcxi.so.1:/usr/lib64/libcxi.so.1"]
+    image = argv.index("/x.sif")
+    assert argv[image + 1:image + 5] == ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, LIBFABRIC]
+
+
+def test_sbatch_sif_job_binds_the_site_and_runs_as_written(tmp_path: Path) -> None:
+    """The script's srun line, run by bash with stand-ins for srun and apptainer on PATH:
+    the runtime receives the site's binds and the loader prefix word for word."""
+    spec = SbatchSpec(nodes=1, gpus_per_node=8, cpus_per_task=7, cpu_bind=LUMI_G_MASKS,
+                      socket_ifname="hsn0,hsn1,hsn2,hsn3", report_path=str(tmp_path / "r.json"))
+    script = sbatch_script(Target("sif", "/scratch/x.sif"), _invocation(
+        binds=(*LUMI_BINDS, Bind("${SCRATCH}", "${SCRATCH}")), library_dir=LIBFABRIC), spec)
+    _shellcheck(script, tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "argv.txt"
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+                                  'exec "$@"\n')
+    (bin_dir / "apptainer").write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {record}\n')
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho nid000001\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "nid000001",
+           "SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3",
+           "SLURM_CPUS_PER_TASK": "7", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "SCRATCH": "/scratch/project"}
+    subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, check=True)
+    argv = record.read_text().splitlines()
+    assert argv[0] == "exec"
+    binds = [argv[i + 1] for i, word in enumerate(argv) if word == "--bind"]
+    assert binds == ["/opt/cray:/opt/cray:ro", "/var/spool/slurmd:/var/spool/slurmd",
+                     "/usr/lib64/libcxi.so.1:/usr/lib64/libcxi.so.1",
+                     "/scratch/project:/scratch/project"]  # ${SCRATCH} expanded by the job
+    image = argv.index("/scratch/x.sif")
+    assert argv[image + 1:image + 6] == ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, LIBFABRIC,
+                                         "python3"]
+    assert argv[-2:] == ["--report", str(tmp_path / "r.json")]
+
+
+def test_sbatch_local_job_puts_the_site_libfabric_first(tmp_path: Path) -> None:
+    script = sbatch_script(Target("environment"), _invocation("none", library_dir=LIBFABRIC),
+                           SbatchSpec(nodes=1), tmp_path / "job.checks")
+    assert f"export LD_LIBRARY_PATH={LIBFABRIC}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" in script
+    _shellcheck(script, tmp_path)

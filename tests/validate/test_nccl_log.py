@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from imagebuild.validate.checks.nccl_log import parse, transport_kind
 
 OFI_RUN = """\
@@ -118,7 +120,7 @@ def test_symbol_version_error_is_named_as_the_cause() -> None:
     assert "required by /opt/aws-ofi-rccl/lib/librccl-net.so" in cause
     problems = judge_log(summary, nodes=2, plugin_expected=True, provider="cxi")
     assert len(problems) == 2
-    assert "did not load the network plugin" in problems[0] and "FABRIC_1.8" in problems[0]
+    assert "did not use the network plugin" in problems[0] and "FABRIC_1.8" in problems[0]
     assert "fell back to TCP sockets" in problems[1] and "FABRIC_1.8" in problems[1]
 
 
@@ -165,3 +167,150 @@ def test_expected_provider_comes_from_the_option_or_fi_provider() -> None:
     assert expected_provider(SimpleNamespace(expect_net_provider=None),
                              {"FI_PROVIDER": "cxi"}) == "cxi"
     assert expected_provider(SimpleNamespace(expect_net_provider=None), {}) is None
+
+
+# Real-format lines of each RCCL plugin loader (src/net.cc up to 6.x, src/plugin/*.cc from
+# 7.x, https://github.com/ROCm/rccl), for a plugin built against libfabric 2.1 meeting a
+# site's 1.22, a missing plugin, one that loads but finds no provider, and a good run.
+FABRIC_18 = ("/usr/lib64/libfabric.so.1: version `FABRIC_1.8' not found (required by "
+             "/opt/imagebuild/network-plugin/lib/librccl-net.so)")
+
+RCCL_60_SYMBOL = f"""\
+nid005001:77:77 [0] NCCL INFO NET/Plugin : Plugin load (librccl-net.so) returned 2 : {FABRIC_18}
+nid005001:77:77 [0] NCCL INFO NET/Plugin : No plugin found, using internal implementation
+nid005001:77:77 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.100.8.3<0>
+nid005001:77:77 [0] NCCL INFO Using network Socket
+"""
+
+RCCL_64_SYMBOL = f"""\
+nid005001:77:77 [0] NCCL INFO NET/Plugin: No plugin found (librccl-net.so)
+nid005001:77:77 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : {FABRIC_18} : when loading librccl-net.so
+nid005001:77:77 [0] NCCL INFO NET/Plugin: Using internal network plugin.
+nid005001:77:77 [0] NCCL INFO Using network Socket
+"""
+
+RCCL_7_SYMBOL = f"""\
+nid005001:77:77 [0] NCCL INFO NET/Plugin: {FABRIC_18}
+nid005001:77:77 [0] NCCL INFO Initialized NET plugin Socket
+nid005001:77:77 [0] NCCL INFO Assigned NET plugin Socket to comm
+nid005001:77:77 [0] NCCL INFO Using network Socket
+"""
+
+RCCL_72_DEFAULT_NAME = """\
+nid005001:77:77 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so.
+nid005001:77:77 [0] NCCL INFO Initialized NET plugin Socket
+nid005001:77:77 [0] NCCL INFO Using network Socket
+"""
+
+RCCL_7_NO_PROVIDER = """\
+nid005001:77:77 [0] NCCL INFO Successfully loaded external plugin /opt/imagebuild/network-plugin/lib/librccl-net.so
+nid005001:77:77 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.18.0
+nid005001:77:77 [0] NCCL INFO NET/OFI No eligible providers were found
+[2026-09-17 04:02:30] nid005001:77:77 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):334 NCCL WARN NET/OFI Unable to find a protocol that worked.  Failing initialization.
+[2026-09-17 04:02:30] nid005001:77:77 [0] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):418 NCCL WARN NET/OFI aws-ofi-nccl initialization failed
+nid005001:77:77 [0] NCCL INFO Initialized NET plugin Socket
+nid005001:77:77 [0] NCCL INFO Using network Socket
+"""
+
+RCCL_7_NET_NOT_FOUND = """\
+nid006365:180142:180163 [0] NCCL INFO NET/Plugin: Could not find: /opt/imagebuild/network-plugin/lib/librccl-net.so.
+nid006365:180142:180163 [0] net.cc:626 NCCL WARN Error: network AWS Libfabric not found.
+"""
+
+RCCL_7_GOOD = """\
+nid005001:77:77 [0] NCCL INFO NET/Plugin: Plugin name set by env to /opt/imagebuild/network-plugin/lib/librccl-net.so
+nid005001:77:77 [0] NCCL INFO Successfully loaded external plugin /opt/imagebuild/network-plugin/lib/librccl-net.so
+nid005001:77:77 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.18.0
+nid005001:77:77 [0] NCCL INFO NET/OFI Using Libfabric version 1.22
+nid005001:77:77 [0] NCCL INFO NET/OFI Selected provider is cxi, fabric is cxi (found 4 nics)
+nid005001:77:77 [0] NCCL INFO Initialized NET plugin Libfabric
+nid005001:77:77 [0] NCCL INFO Assigned NET plugin Libfabric to comm
+nid005001:77:77 [0] NCCL INFO Using network Libfabric
+nid005001:77:90 [0] NCCL INFO Channel 00/0 : 3[3] -> 4[0] [send] via NET/Libfabric/0/GDRDMA
+"""
+
+
+@pytest.mark.parametrize("log", [RCCL_60_SYMBOL, RCCL_64_SYMBOL, RCCL_7_SYMBOL],
+                         ids=["rccl-6.0", "rccl-6.4", "rccl-7"])
+def test_symbol_version_is_the_cause_in_every_release(log: str) -> None:
+    from imagebuild.validate.checks.network import judge_log
+
+    summary = parse(log)
+    assert not summary.plugin_in_use
+    # A bare "No plugin found" line must not hide the loader's message that follows it.
+    cause = summary.primary_cause()
+    assert cause is not None and cause.startswith("symbol version FABRIC_1.8 not found in "
+                                                  "/usr/lib64/libfabric.so.1")
+    for nodes in (1, 2):  # one node too: the plugin the image ships is not the one in use
+        problems = judge_log(summary, nodes=nodes, plugin_expected=True, provider="cxi")
+        assert problems and "did not use the network plugin" in problems[0]
+        assert "FABRIC_1.8" in problems[0] and "'Socket'" in problems[0]
+    assert judge_log(summary, nodes=1, plugin_expected=False, provider=None) == []
+
+
+def test_rccl_72_default_name_is_named_with_the_remedy() -> None:
+    summary = parse(RCCL_72_DEFAULT_NAME)
+    cause = summary.primary_cause()
+    assert cause is not None and "missing file: libnccl-net.so" in cause
+    assert "NCCL_NET_PLUGIN" in cause
+
+
+def test_plugin_without_a_provider_fails_naming_initialisation() -> None:
+    from imagebuild.validate.checks.network import judge_log
+
+    summary = parse(RCCL_7_NO_PROVIDER)
+    assert summary.plugin_library == "/opt/imagebuild/network-plugin/lib/librccl-net.so"
+    assert not summary.plugin_in_use and summary.ofi_failures
+    problems = judge_log(summary, nodes=2, plugin_expected=True, provider="cxi")
+    assert "did not initialise" in problems[0] and "No eligible providers" in problems[0]
+    assert "fell back to TCP sockets" in problems[1]
+
+
+def test_nccl_net_naming_a_missing_network_fails_with_the_missing_file() -> None:
+    from imagebuild.validate.checks.network import judge_log
+
+    summary = parse(RCCL_7_NET_NOT_FOUND)
+    assert summary.network is None and summary.networks_not_found == ["AWS Libfabric"]
+    problems = judge_log(summary, nodes=1, plugin_expected=True, provider="cxi")
+    assert len(problems) == 1
+    assert "missing file: /opt/imagebuild/network-plugin/lib/librccl-net.so" in problems[0]
+
+
+def test_the_loaders_own_message_beats_rccl_7s_could_not_find() -> None:
+    """RCCL 7 prints "Could not find: <plugin>" when a dependency of the plugin is missing
+    (it matches "No such file" in the dlerror); this process's dlopen names the file."""
+    from imagebuild.validate.checks.network import judge_log
+
+    summary = parse(RCCL_7_NET_NOT_FOUND)
+    load_error = ("libcxi.so.1: cannot open shared object file: No such file or directory")
+    problems = judge_log(summary, nodes=1, plugin_expected=True, provider="cxi",
+                         load_error=load_error)
+    assert "missing file: libcxi.so.1" in problems[0]
+
+
+def test_rccl_7_good_run_passes_and_a_wrong_provider_does_not() -> None:
+    from imagebuild.validate.checks.network import judge_log
+
+    summary = parse(RCCL_7_GOOD)
+    assert summary.plugin_in_use and summary.plugin_loaded == "Libfabric"
+    assert summary.provider == "cxi" and summary.gdr is True
+    assert summary.primary_cause() is None
+    assert judge_log(summary, nodes=2, plugin_expected=True, provider="cxi") == []
+    tcp = parse(RCCL_7_GOOD.replace("provider is cxi, fabric is cxi",
+                                    "provider is tcp, fabric is 10.100.0.0/16"))
+    problems = judge_log(tcp, nodes=2, plugin_expected=True, provider="cxi")
+    assert problems == [("libfabric provider 'tcp' selected, expected 'cxi' (wrong provider: "
+                        "check FI_PROVIDER and that the cxi provider is in the libfabric the "
+                        "plugin loads)")]
+
+
+def test_a_communicator_that_could_not_be_created_names_the_cause() -> None:
+    from imagebuild.validate.checks.network import communicator_problem
+
+    summary = parse(RCCL_7_NET_NOT_FOUND)
+    problem = communicator_problem("DistBackendError: NCCL error: invalid usage", summary)
+    assert problem.startswith("RCCL/NCCL could not create a communicator (DistBackendError")
+    assert problem.endswith("missing file: /opt/imagebuild/network-plugin/lib/librccl-net.so "
+                            "(not on the loader's path)")
+    assert communicator_problem("X: y", parse("")) == \
+        "RCCL/NCCL could not create a communicator (X: y)"

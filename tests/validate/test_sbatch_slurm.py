@@ -5,6 +5,11 @@ The one-node cluster comes from .ci/setup-system.sh (slurmctld, slurmd, munge; C
 through task/affinity). The job runs the CPU suite with two ranks over gloo in this
 Python environment; the report must show both ranks, gloo collectives over world size
 two, and each rank bound to its own cores rather than the whole node.
+
+The launch values come from a site profile (``--site``, a project's sites/ci-node.yaml):
+its SLURM binding, container environment and expected libfabric provider must reach the
+script and, through it, the checks; one explicit flag (``--socket-ifname lo``) must win
+over the profile's interface, which does not exist here (gloo would fail on it).
 """
 
 from __future__ import annotations
@@ -39,17 +44,40 @@ def _cluster_up() -> str | None:
     return None
 
 
+SITE = """\
+name: ci-node
+network:
+  socket_ifname: "hsn0"   # not on this machine: the explicit --socket-ifname lo must win
+  provider: cxi
+slurm:
+  cpus_per_task: 1
+  cpu_bind: cores
+container:
+  env:
+    CXI_FORK_SAFE: "1"
+    NCCL_NET_GDR_LEVEL: "3"
+"""
+
+
 def test_sbatch_job_runs_the_cpu_suite_on_two_bound_ranks(tmp_path: Path) -> None:
     why = _cluster_up()
     if why:
         pytest.skip(why)
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "sites" / "ci-node.yaml").write_text(SITE)
     report_path = tmp_path / "report.json"
     generated = run_imagebuild(
         "validate", "--local", "--launcher", "sbatch", "--gpus", "none", "--nodes", "1",
-        "--socket-ifname", "lo", "--time", "00:10:00", "--allow-cpu",
-        "--report", str(report_path), cwd=tmp_path)
+        "--site", "ci-node", "--socket-ifname", "lo", "--time", "00:10:00", "--allow-cpu",
+        "--report", str(report_path), cwd=tmp_path, env={"IMAGEBUILD_PROJECT": str(tmp_path)})
     assert generated.returncode == 0, generated.stdout + generated.stderr
     [script] = tmp_path.glob("imagebuild-validate-*.sbatch")
+    text = script.read_text()
+    # The site's values in the script: binding, environment, what the checks expect.
+    assert "--cpus-per-task=1 --cpu-bind=verbose,cores" in text
+    assert 'export CXI_FORK_SAFE="1"' in text and 'export NCCL_NET_GDR_LEVEL="3"' in text
+    assert "export NCCL_SOCKET_IFNAME=lo" in text and "hsn0" not in text
+    assert "--expect-net-provider cxi" in text and "--expect-binding" in text
 
     started = time.monotonic()
     job = subprocess.run(["sbatch", "--wait", "--parsable", script.name], cwd=tmp_path,
@@ -69,12 +97,18 @@ def test_sbatch_job_runs_the_cpu_suite_on_two_bound_ranks(tmp_path: Path) -> Non
     collectives = check(report, "collectives")
     assert collectives["figures"]["backend"] == "gloo"
     assert collectives["figures"]["world_size"] == 2
+    # The checks ran with the site's environment and judged against its expectations.
+    network = check(report, "network")["figures"]
+    assert network["expected_provider"] == "cxi"
+    assert network["env"]["CXI_FORK_SAFE"] == "1" and network["env"]["NCCL_NET_GDR_LEVEL"] == "3"
+    assert network["env"]["GLOO_SOCKET_IFNAME"] == "lo"
 
     # Each rank's CPU set as the rank saw it (sched_getaffinity): one core each, two
     # different cores, and not every CPU of the node.
     node_cpus = len(os.sched_getaffinity(0))
     per_rank = check(report, "devices")["figures"]["per_rank"]
     affinities = [parse_cpulist(r["cpu_affinity"]) for r in per_rank]
+    assert all(r["binding_expected"] == "--expect-binding" for r in per_rank), per_rank
     assert [len(a) for a in affinities] == [1, 1], per_rank
     assert not affinities[0] & affinities[1], per_rank
     if node_cpus > 1:

@@ -21,7 +21,7 @@ import torch
 
 from .context import Context
 from .gpu import arch_supported
-from .result import FAILED, NO_GPU, PASSED, CheckResult, judge, merge_ranks, skipped
+from .result import FAILED, NO_GPU, PASSED, CheckResult, failed, judge, merge_ranks, skipped
 
 NAME = "devices"
 
@@ -174,8 +174,16 @@ def run(ctx: Context) -> CheckResult:
     affinity = set(os.sched_getaffinity(0))
     if ctx.mode != "gpu" or ctx.gpu is None:
         why = "--cpu given" if ctx.options.cpu else no_gpu_diagnosis()
-        figures = {"visible_devices": 0, "visibility_env": visibility,
-                   "cpu_affinity": format_cpulist(affinity), "cpu_count": len(affinity)}
+        figures = {"visible_devices": 0, "visibility_env": visibility}
+        # The binding the launcher promised is judged without a GPU too (a SLURM job on
+        # CPU nodes binds its ranks the same way).
+        binding, problems, _ = affinity_report(
+            affinity, None, expected_binding=binding_expected(
+                getattr(ctx.options, "expect_binding", False), os.environ),
+            ranks_on_node=ctx.local_world_size)
+        figures.update(binding)
+        if problems:
+            return failed(NAME, "; ".join(problems), figures)
         return skipped(NAME, NO_GPU, f"no GPU: {why}", figures)
     gpu = ctx.gpu
     count = torch.cuda.device_count()

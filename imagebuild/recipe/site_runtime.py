@@ -1,0 +1,99 @@
+"""What a site profile asks of every container runtime and launcher, in one place.
+
+The site profile (imagebuild.recipe.site) holds the facts; these functions turn them into
+what the launchers need, so the EDF (imagebuild.render.edf), the apptainer/docker/podman/
+enroot command lines and the sbatch script (imagebuild.validate) apply the same binds,
+environment and loader path:
+
+- binds: host paths bound into the container (``container.binds``), e.g. LUMI's Cray
+  libfabric under /opt/cray and libcxi;
+- environment: ``container.env`` plus NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME from
+  ``network.socket_ifname``;
+- loader path: a site-bound libfabric's directory (``libfabric.library_dir``) first on
+  LD_LIBRARY_PATH, ahead of the image's own libfabric (which the image registers with the
+  loader cache only, so LD_LIBRARY_PATH wins).
+
+The grammars of the launch values a profile may set (CPU binding, GPU selection, socket
+interfaces) are here too: the site profile and the command line check them the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from imagebuild.recipe.site import SiteProfile
+
+#: srun --cpu-bind values: a binding type, or one mask/map entry per local rank (as LUMI
+#: documents for its MI250X nodes: https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/).
+CPU_BIND = re.compile(r"^(cores|threads|sockets|ldoms|rank|none|"
+                      r"(mask_cpu|map_cpu|mask_ldom|map_ldom):[0-9A-Fa-fx,*]+)$")
+#: How each rank gets its GPU: ``local-id`` (ROCR/CUDA_VISIBLE_DEVICES=SLURM_LOCALID) or
+#: ``closest`` (srun --gpus-per-task=1 --gpu-bind=closest).
+GPU_SELECTIONS = ("local-id", "closest")
+#: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: interface names separated by commas.
+IFNAME = re.compile(r"^[A-Za-z0-9_.:^-]+(,[A-Za-z0-9_.:^-]+)*$")
+#: A libfabric provider name as FI_PROVIDER and aws-ofi-nccl's log spell it (cxi, tcp...).
+PROVIDER = re.compile(r"^[a-z][a-z0-9_]*$")
+#: One path of a bind: absolute, or starting with a ${VAR} the runtime expands; no spaces,
+#: colons or commas (separators in bind lists).
+_BIND_PATH = re.compile(r"^(/|\$\{[A-Za-z_][A-Za-z0-9_]*\})([A-Za-z0-9._+@/-]|\$\{[A-Za-z_][A-Za-z0-9_]*\})*$")
+_ENV_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path bound into a container: ``SRC[:DST[:ro]]`` in a profile."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+    def spec(self) -> str:
+        """``SRC:DST[:ro]``: what EDF mounts, apptainer --bind and podman --volume take."""
+        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
+
+    @property
+    def expands(self) -> bool:
+        """True when a path holds a ${VAR} for the runtime (or the job's shell) to expand."""
+        return bool(_ENV_REF.search(self.source) or _ENV_REF.search(self.target))
+
+
+def parse_bind(text: str) -> Bind | str:
+    """A bind from ``SRC[:DST[:ro]]``, or why the text is not one."""
+    parts = text.split(":")
+    if len(parts) > 3 or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        return f"{text!r}: expected SRC[:DST[:ro]] (one flag, ro or rw)"
+    for path in parts[:2]:
+        if not _BIND_PATH.match(path):
+            return (f"{text!r}: {path!r} is not an absolute path (or ${{VAR}}/path); no "
+                    "spaces, commas or colons")
+    return Bind(parts[0], parts[1] if len(parts) > 1 else parts[0],
+                read_only=len(parts) == 3 and parts[2] == "ro")
+
+
+def site_binds(site: SiteProfile | None) -> tuple[Bind, ...]:
+    return site.container.binds if site else ()
+
+
+def site_env(site: SiteProfile | None) -> dict[str, str]:
+    """The environment every runtime at the site gets (EDF-only entries excluded)."""
+    if site is None:
+        return {}
+    env = dict(site.container.env)
+    if site.network.socket_ifname:
+        # Bootstrap and rendezvous sockets on the high-speed interfaces. Without
+        # GLOO_SOCKET_IFNAME gloo uses the address the host name resolves to, which fails
+        # on large jobs.
+        env.setdefault("NCCL_SOCKET_IFNAME", site.network.socket_ifname)
+        env.setdefault("GLOO_SOCKET_IFNAME", site.network.socket_ifname)
+    return env
+
+
+def loader_dir(site: SiteProfile | None) -> str | None:
+    """The site-bound libfabric directory to put first on LD_LIBRARY_PATH, if any."""
+    if site is None or site.libfabric is None or site.libfabric.provided_by != "site":
+        return None
+    return site.libfabric.library_dir

@@ -1,0 +1,56 @@
+"""What ``imagebuild validate`` runs the checks in, and which GPUs this host has.
+
+A target is this Python environment, an image reference (a recipe name resolves to its
+latest build), a .sif file (apptainer/singularity) or a .sqsh file (enroot).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to validate: the running environment, an image reference, or an image file."""
+
+    kind: str  # "environment", "image", "sif" or "sqsh"
+    ref: str | None = None
+    recipe: str | None = None
+
+
+def resolve_target(target: str | None, project: Path | None = None) -> Target:
+    """No target: this environment. A .sif or .sqsh file: that file. A recipe name or
+    file: its latest build (imagebuild.engine.tags). Anything else: an image reference."""
+    if not target:
+        return Target("environment")
+    if target.endswith(".sif"):
+        return Target("sif", str(Path(target).resolve()))
+    if target.endswith((".sqsh", ".squashfs")):
+        return Target("sqsh", str(Path(target).resolve()))
+    from imagebuild.engine.tags import resolve_target as resolve_image
+
+    resolved = resolve_image(target, project)
+    return Target("image", resolved.image, recipe=resolved.recipe.name if resolved.recipe else None)
+
+
+def detect_gpu_kind(dev: Path = Path("/dev"), proc: Path = Path("/proc")) -> str:
+    if (dev / "kfd").exists():
+        return "rocm"
+    if (dev / "nvidiactl").exists() or (proc / "driver" / "nvidia").exists():
+        return "nvidia"
+    return "none"
+
+
+def rocm_device_groups(dev: Path = Path("/dev")) -> list[int]:
+    """Numeric groups owning /dev/kfd and /dev/dri/renderD*: group names (video, render)
+    need not exist in the image's /etc/group, numbers always work."""
+    gids: list[int] = []
+    for node in [dev / "kfd", *sorted((dev / "dri").glob("renderD*"))]:
+        try:
+            gid = node.stat().st_gid
+        except OSError:
+            continue
+        if gid not in gids and gid != 0:
+            gids.append(gid)
+    return gids
