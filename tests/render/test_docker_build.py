@@ -36,12 +36,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 AWKWARD_ENV = {
     "PYTHONUNBUFFERED": "1",
-    "DOLLAR": "$HOME ${PATH} $$",
+    "DOLLAR": "$HOME $PATH $$",  # "${" is refused in env values; the label below has one
     "BACKSLASH": "C:\\new\\table\\",
     "QUOTES": 'say "hi" && echo "x"',
     "HASH": "# not a comment",
 }
-AWKWARD_LABELS = {"org.example.dollar": "$USER", "org.example.quote": 'a "b" c'}
+AWKWARD_LABELS = {"org.example.dollar": "$USER ${PATH}", "org.example.quote": 'a "b" c'}
 SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
