@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.convert.formats import parse_formats
@@ -13,6 +14,7 @@ from imagebuild.engine.progress import ProgressDisplay
 from imagebuild.engine.select import BACKENDS
 from imagebuild.pipeline import BuildOptions, build_recipe, format_sizes
 from imagebuild.recipe.load import load_recipe, project_dir
+from imagebuild.recipe.model import Recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,6 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="push the image to REGISTRY (host[:port][/prefix])")
     parser.add_argument("--no-cache", action="store_true",
                         help="rebuild every step even when the image is up to date")
+    parser.add_argument("--tuning", type=Path, default=None, metavar="DIR",
+                        help="also build a derived image with this tuning bundle baked in "
+                             "(one layer on the recipe's image, tag ...-tuned-<bundle>); "
+                             "--squash and --push then apply to it")
     parser.set_defaults(func=run)
 
 
@@ -54,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
         site=args.site, push=args.push, no_cache=args.no_cache,
         compression=parse_compression(args.compression, args.level))
+    if args.tuning is not None:
+        return run_tuned(recipe, options, args.tuning)
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -68,4 +76,45 @@ def run(args: argparse.Namespace) -> int:
         print(f"pushed {pushed.pinned}")
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
     print(f"times: {timing}")
+    return 0
+
+
+def run_tuned(recipe: Recipe, options: BuildOptions, bundle_dir: Path) -> int:
+    """The recipe's image (never squashed or pushed here), then the derived image with the
+    bundle, which gets the artifacts and the push."""
+    from imagebuild.engine.push import push_image
+    from imagebuild.engine.select import detect_engine
+    from imagebuild.lock.check import current_lock
+    from imagebuild.tune.derive import build_derived, checked_bundle, squash_derived
+
+    # A bundle of another recipe or build is refused before anything is built.
+    checked_bundle(bundle_dir, recipe, current_lock(recipe))
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    engine = detect_engine(options.backend, builder=options.builder)
+    with ProgressDisplay(f"build {recipe.name}") as display:
+        base = build_recipe(recipe, replace(options, formats=(), push=None), engine=engine,
+                            say=say, progress=display)
+    with ProgressDisplay(f"build {recipe.name} + tuning") as display:
+        derived = build_derived(recipe, base.image, bundle_dir, engine,
+                                output_dir=options.output_dir, site_ca=options.site_ca,
+                                builder=options.builder, no_cache=options.no_cache,
+                                progress=display, say=say)
+    print(f"image {base.image.ref} ({base.image.image_id[:19]}) "
+          f"{'built' if base.built else 'up to date'}")
+    steps = derived.steps
+    print(f"tuned image {derived.image.ref} ({derived.image.image_id[:19]}) "
+          + (f"built: {len(steps.cached)} steps cached, {len(steps.built)} built"
+             if derived.built else "up to date")
+          + f"; bundle {bundle_dir} ({', '.join(derived.bundle.files)})")
+    if options.formats:
+        artifacts = squash_derived(derived, recipe, engine, options.formats,
+                                   options.output_dir, options.compression, options.site, say)
+        for line in format_sizes(artifacts):
+            print(line)
+    if options.push:
+        for pushed in push_image(engine, derived.image, options.push):
+            print(f"pushed {pushed.pinned}")
     return 0

@@ -21,6 +21,7 @@ from imagebuild.validate.compare import (
     load_report,
     plot,
 )
+from imagebuild.validate.tuning import tuning_rows
 
 
 def register(subparsers: Any) -> None:
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(str(i), justify="right")
     if len(reports) == 2:
         table.add_column("2 / 1", justify="right")
-    for title, cells in comparison_rows(reports):
+    for title, cells in [*comparison_rows(reports), *tuning_rows(reports)]:
         table.add_row(escape(title), *(escape(c) for c in cells))
     console.print(table)
     for note in comparison_notes(reports):

@@ -1,13 +1,20 @@
-"""``imagebuild tune {shapes,gemm,rccl,verify}``: offline GEMM and RCCL tuning.
+"""``imagebuild tune {shapes,gemm,verify,edf,rccl}``: offline GEMM and RCCL tuning.
 
   shapes   the GEMM problems of a training step, in hipblaslt-bench terms, as a CSV:
            from a profiled step of the validation model here (--local), a profiler trace,
            a hipBLASLt LOG_MASK=32 log, a TunableOp untuned CSV, the model's dimensions
            (--model), or a command run under recording (-- CMD ...)
   gemm     tune those problems on this GPU (TunableOp and/or hipblaslt-bench) and write a
-           tuning bundle: tuned files + tuning.json (image, library versions, GPU)
+           tuning bundle: tuned files + tuning.json (recipe, library versions, GPU)
+  verify   check a bundle matches here, and that GEMMs run without and with it show it
+           in effect (per-problem TFLOP/s and speed-up; GPU-only)
+  edf      an EDF beside a recipe's .sqsh that mounts a bundle and sets the variables
+           that load it (<recipe>-tuning.toml); `imagebuild build --tuning` bakes it
+           into a derived image instead (<recipe>-tuned.sqsh and .toml)
   rccl     collectives.csv from NCCL/RCCL debug logs; a tuner-plugin config from a sweep
-  verify   check a bundle matches this image and GPU, and that it changes the kernels
+
+shapes, gemm and verify are the same code as the image's own `imagebuild tune ...` (its
+shim), so they run in the image where the training runs.
 """
 
 from __future__ import annotations
@@ -15,11 +22,11 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from imagebuild.tune.problem import ProblemStat, TuneError, read_csv, time_shares, write_csv
+from imagebuild.tune.problem import TuneError, host_errors, read_csv
+from imagebuild.validate.checks import tune_cli
 
 
 def register(subparsers: Any) -> None:
@@ -29,24 +36,7 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="tune_command", metavar="STEP", required=True)
 
     shapes = sub.add_parser("shapes", help="list a training step's GEMM problems as a CSV")
-    source = shapes.add_mutually_exclusive_group()
-    source.add_argument("--local", action="store_true",
-                        help="profile one training step of the validation model here")
-    source.add_argument("--trace", type=Path, help="PyTorch profiler / Chrome trace JSON")
-    source.add_argument("--hipblaslt-log", type=Path, help="HIPBLASLT_LOG_MASK=32 output")
-    source.add_argument("--tunableop", type=Path, help="TunableOp untuned or results CSV")
-    source.add_argument("--model", choices=("llama-3.1-8b",),
-                        help="derive the problems from the model's dimensions")
-    source.add_argument("--file", type=Path, help="any of the above files (detected)")
-    shapes.add_argument("--seq", type=int, default=None, help="sequence length (--model, "
-                        "--local)")
-    shapes.add_argument("--vocab", type=int, default=None, help="vocabulary (--model)")
-    shapes.add_argument("--fused-qkv", action="store_true",
-                        help="--model: one qkv projection (Megatron-LM linear_qkv)")
-    shapes.add_argument("--out", type=Path, default=Path("tuning/problems.csv"))
-    shapes.add_argument("--show", type=int, default=20, help="rows to print (default 20)")
-    shapes.add_argument("cmd", nargs=argparse.REMAINDER,
-                        help="-- CMD ...: run CMD with TunableOp/hipBLASLt recording (GPU)")
+    tune_cli.add_shapes_arguments(shapes)
     shapes.set_defaults(func=run_shapes)
 
     gemm = sub.add_parser("gemm", help="tune the problems on this GPU; write a bundle")
@@ -76,77 +66,49 @@ def register(subparsers: Any) -> None:
     rccl.set_defaults(func=run_rccl)
 
     verify = sub.add_parser("verify", help="does a bundle match here, and take effect?")
-    verify.add_argument("bundle", type=Path)
-    verify.add_argument("--image-digest", default=os.environ.get("IMAGEBUILD_IMAGE_DIGEST"))
-    verify.add_argument("--hipblaslt-git-version", default=None)
-    verify.add_argument("--gpu-arch", default=None)
-    verify.add_argument("--cu-count", type=int, default=None)
+    tune_cli.add_verify_arguments(verify)
+    verify.add_argument("--image-digest", default=os.environ.get("IMAGEBUILD_IMAGE_DIGEST"),
+                        help="compare with this image digest instead of here")
+    verify.add_argument("--hipblaslt-git-version", default=None,
+                        help="compare with this hipBLASLt git revision")
+    verify.add_argument("--gpu-arch", default=None, help="compare with this GPU architecture")
+    verify.add_argument("--cu-count", type=int, default=None,
+                        help="compare with this compute-unit count")
     verify.set_defaults(func=run_verify)
 
-
-def print_problems(stats: list[ProblemStat], limit: int) -> None:
-    print(f"{'m':>7} {'n':>7} {'k':>7} {'b':>3} tAtB {'type':6} {'count':>6} {'share':>7}")
-    for stat, share in list(zip(stats, time_shares(stats), strict=True))[:limit]:
-        p = stat.problem
-        text = "-" if share is None else f"{share:.1%}"
-        print(f"{p.m:>7} {p.n:>7} {p.k:>7} {p.batch_count:>3} {p.trans_a}{p.trans_b}   "
-              f"{p.a_type:6} {stat.count:>6} {text:>7}")
+    edf = sub.add_parser("edf", help="an EDF beside the .sqsh that mounts a bundle")
+    edf.add_argument("bundle", type=Path, help="tuning bundle directory")
+    edf.add_argument("target", help="recipe name (its artifacts/<recipe>.sqsh) or a .sqsh")
+    edf.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+                     help="site profile (default $IMAGEBUILD_SITE)")
+    edf.add_argument("--output-dir", type=Path, default=None,
+                     help="where the .sqsh is and the EDF goes (default: PROJECT/artifacts)")
+    edf.add_argument("--mount-point", default=None,
+                     help="where the bundle appears in the container (default "
+                          "/opt/imagebuild/tuning)")
+    edf.add_argument("--name", default=None,
+                     help="EDF file stem (default <sqsh stem>-tuning)")
+    edf.add_argument("--rocm-version", default=None,
+                     help="ROCm version of a .sqsh target (picks the site's hooks; a "
+                          "recipe's is known)")
+    edf.set_defaults(func=run_edf)
 
 
 def run_shapes(args: argparse.Namespace) -> int:
-    from imagebuild.tune import record, sources, trace
-    from imagebuild.tune.model import training_step_problems
-    from imagebuild.validate.checks.llama import LLAMA_3_1_8B
-
-    command = [c for c in args.cmd if c != "--"] if args.cmd else []
-    info: dict[str, Any] = {}
-    if command:
-        stats, info = record.record_command(command, args.out.parent / "record")
-    elif args.local:
-        stats, info = record.record_local(args.out.parent / "record", seq=args.seq)
-    elif args.model:
-        config = LLAMA_3_1_8B if args.vocab is None else replace(LLAMA_3_1_8B,
-                                                                 vocab_size=args.vocab)
-        stats = training_step_problems(config, args.seq or 8192, fused_qkv=args.fused_qkv)
-        info = {"derived": f"Llama-3.1-8B, vocab {config.vocab_size}, seq {args.seq or 8192}"}
-    else:
-        path = args.trace or args.hipblaslt_log or args.tunableop or args.file
-        if path is None:
-            raise TuneError("tune shapes: no source\nhint: --local, --trace FILE, "
-                            "--hipblaslt-log FILE, --tunableop FILE, --model, or -- CMD")
-        kind = "trace" if args.trace else "hipblaslt-log" if args.hipblaslt_log else \
-            "tunableop" if args.tunableop else sources.detect_kind(path)
-        if kind == "trace":
-            stats, info = trace.problems_from_trace(path)
-        elif kind == "hipblaslt-log":
-            stats = sources.problems_from_hipblaslt_log(path)
-        else:
-            stats = sources.problems_from_tunableop_csv(path)
-    write_csv(stats, args.out)
-    print_problems(stats, args.show)
-    for key, value in info.items():
-        print(f"{key}: {value}")
-    print(f"{len(stats)} problems, {sum(s.count for s in stats)} calls -> {args.out}")
-    return 0
+    return host_errors(tune_cli.run_shapes)(args)
 
 
 def run_gemm(args: argparse.Namespace) -> int:
-    from imagebuild.tune.collect import bundle_from_run
     from imagebuild.validate.checks import tune_gemm
 
     read_csv(args.problems)  # a broken CSV fails here, with its line, before any GPU work
     argv = [str(args.problems), str(args.out), "--method", args.method, "--budget-s",
             str(args.budget_s), "--iters", str(args.iters), "--cold-iters",
             str(args.cold_iters), "--rotating-mb", str(args.rotating_mb), "--top",
-            str(args.top)] + (["--bench", args.bench] if args.bench else [])
-    tune_gemm.main(argv)
-    facts = tune_gemm.gpu_facts()
-    if facts["gpu"] is None:
-        print("nothing tuned: GPU-only (no GPU visible to torch)")
-        return 0 if args.allow_cpu else 1
-    bundle = bundle_from_run(args.out, args.image_digest, args.recipe)
-    print(f"bundle: {args.out} ({', '.join(bundle.files)}; {len(bundle.problems)} problems)")
-    return 0
+            str(args.top), "--image-digest", args.image_digest, "--recipe", args.recipe]
+    argv += (["--bench", args.bench] if args.bench else []) + \
+        (["--allow-cpu"] if args.allow_cpu else [])
+    return tune_gemm.main(argv)
 
 
 def run_rccl(args: argparse.Namespace) -> int:
@@ -195,24 +157,35 @@ def read_sweep(path: Path) -> list:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    """Match against the flags' target (or here), then compare GEMMs without and with the
+    bundle on this GPU."""
     from imagebuild.tune.bundle import Target, check_match, read_bundle
 
     bundle = read_bundle(args.bundle)
-    target = Target(args.image_digest or None, args.hipblaslt_git_version, None,
-                    args.gpu_arch, args.cu_count)
+    given = Target(args.image_digest or None, args.hipblaslt_git_version, None,
+                   args.gpu_arch, args.cu_count)
+    if any(vars(given).values()):
+        check_match(bundle, given, args.bundle)
     try:
         import torch
 
-        target = replace(target, torch_version=torch.__version__)
-        if torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(0)
-            target = replace(target, gpu_arch=target.gpu_arch or getattr(
-                props, "gcnArchName", None), cu_count=target.cu_count or
-                props.multi_processor_count)
+        check_match(bundle, Target(torch_version=torch.__version__), args.bundle)
     except ImportError:
         pass
-    check_match(bundle, target, args.bundle)
-    print(f"{args.bundle}: matches (image, torch, GPU as far as known here)")
-    if target.cu_count is None:
-        print("verify run: skipped: GPU-only (the before/after GEMM comparison needs the GPU)")
+    return host_errors(tune_cli.run_verify)(args)
+
+
+def run_edf(args: argparse.Namespace) -> int:
+    from imagebuild.tune.edf import write_tuned_edf
+
+    if not args.site:
+        raise TuneError("tune edf: no site profile\nhint: --site NAME (e.g. cscs-beverin) or "
+                        "$IMAGEBUILD_SITE")
+    artifact, bundle = write_tuned_edf(args.bundle, args.target, args.site,
+                                       output_dir=args.output_dir,
+                                       mount_point=args.mount_point,
+                                       rocm_version=args.rocm_version, name=args.name)
+    print(f"edf   {artifact.path}  sha256:{artifact.sha256}  (site {args.site}; bundle "
+          f"{args.bundle}: {', '.join(bundle.files)})")
+    print(f"use:  srun --environment={artifact.path} ...")
     return 0

@@ -18,31 +18,29 @@ from typing import Any
 
 from imagebuild.errors import ValidateError
 from imagebuild.recipe.load import project_dir
-from imagebuild.recipe.site import load_site
+from imagebuild.recipe.site import SiteProfile, load_site
 from imagebuild.validate.checks.data import UsageError, load_gpu_data, validate_thresholds
 from imagebuild.validate.checks.options import add_arguments
-from imagebuild.validate.host import (
-    GPU_KINDS,
-    LAUNCHERS,
+from imagebuild.validate.host import GPU_KINDS, LAUNCHERS, choose_launcher, validate
+from imagebuild.validate.invocation import (
     Invocation,
-    SbatchSpec,
-    choose_launcher,
-    detect_gpu_kind,
     iter_runner_flags,
     passthrough_env,
     prepare_inputs,
-    resolve_target,
     staged_checks,
-    validate,
 )
-from imagebuild.validate.launch_sbatch import GPU_SELECTIONS
+from imagebuild.validate.launch_sbatch import GPU_SELECTIONS, SbatchSpec
+from imagebuild.validate.site_defaults import SiteDefaults, expand_refs, present_binds, resolve
+from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
+from imagebuild.validate.tuning import tuning_launch
 
 #: Host-only flags: never forwarded to the in-image runner.
 _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", "nodes",
                "gpus_per_node", "time", "partition", "account", "environment", "report",
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
-               "bind_host_rocm"}
+               "bind_host_rocm", "tuning"}
+_CONTAINER_LAUNCHERS = ("docker", "podman", "apptainer", "enroot")
 
 
 def register(subparsers: Any) -> None:
@@ -57,6 +55,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--launcher", choices=LAUNCHERS, default="auto",
                         help="how to run the checks in the image (default: docker if its "
                              "engine answers, else podman; apptainer for .sif, enroot for .sqsh)")
+    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+                        help="site profile (imagebuild/data/sites or ./sites): its container "
+                             "binds and environment, SLURM binding, socket interfaces and the "
+                             "libfabric provider the network check expects; explicit flags win "
+                             "(default $IMAGEBUILD_SITE)")
     parser.add_argument("--gpus", choices=GPU_KINDS, default="auto",
                         help="GPUs to pass into the container (default: detected from /dev)")
     parser.add_argument("--mount-checks", action="store_true",
@@ -65,14 +68,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--python", default=None,
                         help="Python interpreter inside the image (default python3; this "
                              "interpreter for --launcher sbatch without an image)")
-    parser.add_argument("--bind-host-rocm", action="store_true",
+    parser.add_argument("--bind-host-rocm", action=argparse.BooleanOptionalAction, default=None,
                         help="apptainer: bind the host's ROCm libraries over the image's "
-                             "(--rocm; only where a site needs it)")
+                             "(--rocm; default: the site's apptainer.bind_host_rocm, else no)")
     parser.add_argument("--report", default=None, metavar="PATH",
                         help="JSON report path (default ./reports/validate-<host>-<time>.json)")
-    batch = parser.add_argument_group("sbatch launcher")
+    batch = parser.add_argument_group("sbatch launcher (defaults: the site profile's slurm)")
     batch.add_argument("--nodes", type=int, default=2, help="nodes (default 2)")
-    batch.add_argument("--gpus-per-node", type=int, default=8,
+    batch.add_argument("--gpus-per-node", type=int, default=None,
                        help="ranks and GPUs per node (default 8; 4 on MI300A nodes)")
     batch.add_argument("--time", default="00:30:00", help="wall time (default 00:30:00)")
     batch.add_argument("--partition", default=None)
@@ -83,20 +86,17 @@ def register(subparsers: Any) -> None:
                        help="ranks per node (default: --gpus-per-node; 2 with --gpus none)")
     batch.add_argument("--cpus-per-task", type=int, default=None,
                        help="cores per rank (default 7; 1 with --gpus none)")
-    batch.add_argument("--cpu-bind", default="cores",
+    batch.add_argument("--cpu-bind", default=None,
                        help="srun --cpu-bind: cores (default), or mask_cpu:M0,M1,... with one "
                             "mask per local rank, as for LUMI-G: "
                             "https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/")
-    batch.add_argument("--gpu-select", choices=GPU_SELECTIONS, default="local-id",
+    batch.add_argument("--gpu-select", choices=GPU_SELECTIONS, default=None,
                        help="local-id (default): each rank sees GPU SLURM_LOCALID through "
                             "ROCR/CUDA_VISIBLE_DEVICES; closest: --gpus-per-task=1 "
                             "--gpu-bind=closest")
     batch.add_argument("--socket-ifname", default=None, metavar="IF[,IF...]",
                        help="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (default: the site "
-                            "profile's NCCL_SOCKET_IFNAME; lo for a one-node test)")
-    batch.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
-                       help="site profile whose environment (RCCL, libfabric) the job exports "
-                            "(default $IMAGEBUILD_SITE)")
+                            "profile's network.socket_ifname; lo for a one-node test)")
     add_arguments(parser, output=False)
     parser.set_defaults(func=run)
 
@@ -136,20 +136,49 @@ def _runner_actions() -> list[Any]:
     return [a for a in parser._actions if a.dest not in _HOST_DESTS]
 
 
-def sbatch_spec(args: argparse.Namespace) -> SbatchSpec:
-    """The batch job from the flags and the site profile (its EDF environment)."""
-    site_env: tuple[tuple[str, str], ...] = ()
-    if args.site:
-        site_env = load_site(args.site, project_dir()).env
-    socket_ifname = args.socket_ifname or dict(site_env).get("NCCL_SOCKET_IFNAME")
-    return SbatchSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                      ntasks_per_node=args.ntasks_per_node, cpus_per_task=args.cpus_per_task,
-                      cpu_bind=args.cpu_bind, gpu_select=args.gpu_select,
-                      socket_ifname=socket_ifname, site_env=site_env, time=args.time,
+def site_defaults(args: argparse.Namespace) -> SiteDefaults:
+    """Launch values from the flags, the site profile (--site) and the built-in defaults."""
+    site: SiteProfile | None = load_site(args.site, project_dir()) if args.site else None
+    return resolve(vars(args), site)
+
+
+def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) -> SbatchSpec:
+    """The batch job from the flags and the site profile."""
+    defaults = defaults or site_defaults(args)
+    return SbatchSpec(nodes=args.nodes, gpus_per_node=defaults.gpus_per_node.value,
+                      ntasks_per_node=args.ntasks_per_node,
+                      cpus_per_task=defaults.cpus_per_task.value,
+                      cpu_bind=defaults.cpu_bind.value, gpu_select=defaults.gpu_select.value,
+                      socket_ifname=defaults.socket_ifname.value,
+                      site_env=tuple(sorted(defaults.env.items())), time=args.time,
                       partition=args.partition, account=args.account,
                       environment=args.environment,
                       report_path=str(Path(args.report).resolve()) if args.report else None,
                       mount_checks=args.mount_checks)
+
+
+def runner_values(args: argparse.Namespace, defaults: SiteDefaults, launcher: str
+                  ) -> dict[str, Any]:
+    """The in-image runner's option values: the flags, with the site's expectations filled
+    in (the provider the network check expects, the binding the affinity check expects)."""
+    values = dict(vars(args))
+    values["expect_net_provider"] = defaults.expect_net_provider.value
+    values["expect_binding"] = bool(args.expect_binding) or defaults.expect_binding(launcher)
+    return values
+
+
+def container_env(defaults: SiteDefaults, launcher: str, target: Target,
+                  environ: dict[str, str]) -> dict[str, str]:
+    """The environment the checks get: the site's (references expanded where no shell or
+    Container Engine will), then what this environment passes through, which wins."""
+    if launcher == "sbatch":  # the script exports the site's environment itself
+        return passthrough_env(environ) if target.kind != "environment" else {}
+    site = {key: expand_refs(value, environ) for key, value in defaults.env.items()}
+    if defaults.socket_ifname.value:
+        site["NCCL_SOCKET_IFNAME"] = site["GLOO_SOCKET_IFNAME"] = defaults.socket_ifname.value
+    if launcher == "local":
+        return site  # the local launcher puts this process's environment over it
+    return {**site, **passthrough_env(environ)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,14 +196,17 @@ def run(args: argparse.Namespace) -> int:
                             "runs this environment on a SLURM cluster)")
     requested = "local" if args.local and args.launcher == "auto" else args.launcher
     launcher = choose_launcher(target, requested, shutil.which)
-    container = launcher in ("docker", "podman", "apptainer", "enroot") or (
+    container = launcher in _CONTAINER_LAUNCHERS or (
         launcher == "sbatch" and target.kind != "environment")
     gpus = "none" if args.cpu else (detect_gpu_kind() if args.gpus == "auto" else args.gpus)
     if launcher == "sbatch" and not args.cpu and args.gpus == "auto" and gpus == "none":
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
         gpus = "rocm"
+    defaults = site_defaults(args)
     thresholds = load_thresholds(args.thresholds)
-    runner_args = iter_runner_flags(vars(args), _runner_actions())
+    runner_args = iter_runner_flags(runner_values(args, defaults, launcher), _runner_actions())
+    tuning = tuning_launch(Path(args.tuning), target, launcher) if args.tuning else None
+    runner_args += list(tuning.runner_args) if tuning else []
     if launcher == "sbatch":
         inputs_dir = None
         if args.thresholds:
@@ -185,17 +217,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         inputs_dir, extra = prepare_inputs(thresholds, container)
         runner_args += extra
+    out = Console()
+    err = Console(stderr=True)
+    binds = defaults.binds
+    if launcher in _CONTAINER_LAUNCHERS:
+        binds, skipped = present_binds(binds, dict(os.environ))
+        for line in skipped:
+            err.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
+    if defaults.site:
+        err.print(f"site {defaults.site}: " + (", ".join(defaults.described()) or "no launch "
+                                                "values"), soft_wrap=True)
     invocation = Invocation(
         launcher=launcher, runner_args=tuple(runner_args), gpus=gpus, inputs_dir=inputs_dir,
         # sbatch stages its own copy beside the script, where the compute nodes see it.
         mount_checks=staged_checks() if args.mount_checks and container
         and launcher != "sbatch" else None,
         python=args.python or ("python3" if container else sys.executable),
-        env=passthrough_env(os.environ) if container else {},
-        bind_host_rocm=args.bind_host_rocm)
-    out = Console()
-    err = Console(stderr=True)
-    spec = sbatch_spec(args) if launcher == "sbatch" else None
+        env={**container_env(defaults, launcher, target, dict(os.environ)),
+             **(tuning.env if tuning else {})},
+        bind_host_rocm=bool(defaults.bind_host_rocm.value),
+        binds=(*(binds if launcher != "local" else ()), *(tuning.binds if tuning else ())),
+        library_dir=defaults.library_dir)
+    spec = sbatch_spec(args, defaults) if launcher == "sbatch" else None
     report_path = Path(args.report) if args.report else None
     try:
         if launcher == "sbatch":

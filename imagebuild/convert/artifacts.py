@@ -14,11 +14,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.files import fsync_dir, remove_quietly, sha256_file, write_text_atomic
 from imagebuild.recipe.site import SiteProfile
 from imagebuild.render import edf
+
+if TYPE_CHECKING:
+    from imagebuild.tune.apply import RuntimeTuning
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,11 @@ def publish(temp: Path, final: Path, kind: str, seconds: float) -> Artifact:
 
 
 def write_edf_beside(sqsh: Artifact, name: str, site: SiteProfile, *,
-                     rocm_version: str | None, workdir: str | None) -> Artifact:
-    """``<name>.toml`` beside the .sqsh: the site's EDF pointing at it, with its sha256.
+                     rocm_version: str | None, workdir: str | None,
+                     tuning: RuntimeTuning | None = None, regenerate: str | None = None
+                     ) -> Artifact:
+    """``<name>.toml`` beside the .sqsh: the site's EDF pointing at it, with its sha256
+    (and, with ``tuning``, a tuning bundle's mount and variables).
 
     This EDF records one image's sha256; the committed, image-independent ``envs/<recipe>.toml``
     comes from ``imagebuild render``.
@@ -78,8 +84,22 @@ def write_edf_beside(sqsh: Artifact, name: str, site: SiteProfile, *,
     path = sqsh.path.parent / f"{name}.toml"
     write_text_atomic(path, edf.render_edf(
         recipe=name, image=edf.edf_image_path(site, sqsh.path), site=site,
-        rocm_version=rocm_version, workdir=workdir, image_sha256=sqsh.sha256))
+        rocm_version=rocm_version, workdir=workdir, image_sha256=sqsh.sha256,
+        regenerate=regenerate, tuning=tuning))
     return Artifact("edf", path, path.stat().st_size, sha256_file(path), 0.0)
+
+
+def existing_artifact(path: Path, kind: str) -> Artifact:
+    """An artifact already on disk: its sha256 from the sidecar beside it when that names
+    this file, else hashed now."""
+    sidecar = sidecar_path(path)
+    digest = None
+    try:
+        recorded, _, name = sidecar.read_text().strip().partition("  ")
+        digest = recorded if name == path.name and len(recorded) == 64 else None
+    except OSError:
+        pass
+    return Artifact(kind, path, path.stat().st_size, digest or sha256_file(path), 0.0)
 
 
 # --- reusing the artifacts of the same image ------------------------------------------------

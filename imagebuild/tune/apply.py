@@ -1,14 +1,9 @@
-"""What a runtime needs to use a tuning bundle: read-only mounts and environment variables.
+"""What a runtime needs to use a tuning bundle: a read-only mount and environment variables.
 
-A pure function: the EDF renderer and the docker/apptainer launchers turn the result into
-their own syntax. Variables (hipBLASLt offline-tuning how-to; pytorch/pytorch
-aten/src/ATen/cuda/tunable/README.md; ROCm/TransformerEngine README):
-- ``HIPBLASLT_TUNING_OVERRIDE_FILE``: the override file, read by the library itself;
-- ``PYTORCH_TUNABLEOP_ENABLED=1``, ``PYTORCH_TUNABLEOP_TUNING=0`` (use, never tune at run
-  time), ``PYTORCH_TUNABLEOP_FILENAME``: TunableOp inserts the device ordinal before the
-  extension, so ``tunableop_results.csv`` makes rank-local device d read
-  ``tunableop_results<d>.csv``; the bundle holds one copy per device ordinal;
-- ``TE_HIPBLASLT_ALGO_LOAD``: TransformerEngine's algorithm cache.
+A pure function: the EDF renderer and the validate launchers turn the result into their
+own syntax. The variables are ``tune_bundle.tuning_env``'s (its docstring names each one
+and its source); a derived image sets the same ones with the bundle copied to the same
+place, so a bundle behaves the same mounted or baked.
 """
 
 from __future__ import annotations
@@ -16,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bundle import Bundle
+from .bundle import DEFAULT_MOUNT_POINT, Bundle, tuning_env
 
-DEFAULT_MOUNT_POINT = "/opt/imagebuild/tuning"
+__all__ = ["DEFAULT_MOUNT_POINT", "Mount", "RuntimeTuning", "runtime_tuning"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +21,10 @@ class Mount:
     source: str
     target: str
     read_only: bool = True
+
+    def spec(self) -> str:
+        """``SRC:DST[:ro]``: what EDF mounts, apptainer --bind and docker -v take."""
+        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class RuntimeTuning:
     def docker_args(self) -> list[str]:
         args: list[str] = []
         for mount in self.mounts:
-            args += ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
+            args += ["-v", mount.spec()]
         for key, value in self.env:
             args += ["-e", f"{key}={value}"]
         return args
@@ -47,28 +46,19 @@ class RuntimeTuning:
     def apptainer_args(self) -> list[str]:
         args: list[str] = []
         for mount in self.mounts:
-            args += ["--bind",
-                     f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
+            args += ["--bind", mount.spec()]
         for key, value in self.env:
             args += ["--env", f"{key}={value}"]
         return args
 
     def edf_mounts(self) -> list[str]:
-        """EDF ``mounts`` entries (``SRC:DST``; the Container Engine mounts them as given)."""
-        return [f"{mount.source}:{mount.target}" for mount in self.mounts]
+        """EDF ``mounts`` entries (``SRC:DST:ro``; flags after the second colon, CSCS EDF
+        reference: https://docs.cscs.ch/software/container-engine/edf/)."""
+        return [mount.spec() for mount in self.mounts]
 
 
 def runtime_tuning(bundle_dir: Path, bundle: Bundle,
                    mount_point: str = DEFAULT_MOUNT_POINT) -> RuntimeTuning:
     """Mount the bundle read-only at ``mount_point`` and point each library at its file."""
-    env: list[tuple[str, str]] = []
-    files = bundle.files
-    if "hipblaslt_override" in files:
-        env.append(("HIPBLASLT_TUNING_OVERRIDE_FILE",
-                    f"{mount_point}/{files['hipblaslt_override']}"))
-    if "tunableop" in files:
-        env += [("PYTORCH_TUNABLEOP_ENABLED", "1"), ("PYTORCH_TUNABLEOP_TUNING", "0"),
-                ("PYTORCH_TUNABLEOP_FILENAME", f"{mount_point}/{files['tunableop']}")]
-    if "te_algo" in files:
-        env.append(("TE_HIPBLASLT_ALGO_LOAD", f"{mount_point}/{files['te_algo']}"))
-    return RuntimeTuning((Mount(str(bundle_dir.resolve()), mount_point, True),), tuple(env))
+    return RuntimeTuning((Mount(str(bundle_dir.resolve()), mount_point, True),),
+                         tuple(tuning_env(bundle, mount_point).items()))

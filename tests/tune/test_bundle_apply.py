@@ -80,7 +80,7 @@ def test_runtime_settings(tmp_path):
     assert settings.mounts[0].read_only
     assert settings.docker_args()[:2] == ["-v", f"{tmp_path.resolve()}:/tuning:ro"]
     assert "--bind" in settings.apptainer_args()
-    assert settings.edf_mounts() == [f"{tmp_path.resolve()}:/tuning"]
+    assert settings.edf_mounts() == [f"{tmp_path.resolve()}:/tuning:ro"]
     # Device d reads the file with its ordinal before the extension.
     assert ordinal_name("tunableop_results.csv", 3) == "tunableop_results3.csv"
     only_te = replace(bundle, files={"te_algo": "algo.csv"})

@@ -20,6 +20,7 @@ CHECK_NAMES = (
     "devices",
     "gemm",
     "hipblaslt",
+    "tuning",
     "attention",
     "collectives",
     "network",

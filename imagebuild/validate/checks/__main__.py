@@ -5,4 +5,8 @@ import sys
 from .runner import main
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["tune"]:  # the image's `imagebuild tune ...`
+        from .tune_cli import main as tune_main
+
+        sys.exit(tune_main(sys.argv[2:]))
     sys.exit(main())

@@ -102,6 +102,10 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                    help="GEMM problems for the gemm check instead of those of the train step "
                         "(CSV columns m,n,k,transA,transB[,count] in hipBLASLt column-major "
                         "terms)")
+    t.add_argument("--tuning", default=None, metavar="DIR",
+                   help="a tuning bundle (imagebuild tune gemm): run the tuning check, GEMMs "
+                        "of its problems without and with it (host: mounted into the image "
+                        "and loaded for every check)")
     n = parser.add_argument_group("network and placement")
     n.add_argument("--expect-net-provider", default=None, metavar="NAME",
                    help="libfabric provider RCCL/NCCL must select, e.g. cxi on HPE Slingshot "
@@ -135,7 +139,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def selected_checks(options: argparse.Namespace) -> list[str]:
-    chosen = options.checks or list(CHECK_NAMES)
+    # The tuning check runs by default only when there is a bundle to check.
+    chosen = options.checks or [name for name in CHECK_NAMES
+                                if name != "tuning" or getattr(options, "tuning", None)]
     return [name for name in CHECK_NAMES if name in chosen and name not in options.skip]
 
 
