@@ -3,6 +3,7 @@
 import argparse
 import csv
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -94,3 +95,36 @@ def test_verify_refuses_a_mismatched_bundle(tmp_path, capsys):
         run(["verify", str(tmp_path), "--gpu-arch", "gfx90a:sramecc+:xnack-"])
     with pytest.raises(TuneError, match=r"torch_version"):
         run(["verify", str(tmp_path)])  # this torch is not the bundle's
+
+
+def test_gemm_interrupted_keeps_what_was_tuned(tmp_path, monkeypatch, capsys):
+    """Ctrl-C (or SLURM's SIGTERM at the time limit) mid-way: the problems tuned so far are
+    saved and bundled, and the exit code says it was interrupted. The GPU is a seam here."""
+    problems = tmp_path / "problems.csv"
+    run(["shapes", "--model", "llama-3.1-8b", "--out", str(problems)])
+    monkeypatch.setattr(tune_gemm, "gpu_facts", lambda index=0: {"gpu": "stand-in",
+                                                                 "vendor": "nvidia"})
+    monkeypatch.setattr(tune_gemm, "tunableop_validators", dict)
+    monkeypatch.setattr(tune_gemm, "skip_reason", lambda *a: None)
+
+    def tune_two_then_stop(problems, out, record, *rest):
+        for problem in problems[:2]:
+            record["problems"].append({"m": problem["m"]})
+        raise KeyboardInterrupt
+
+    bundled = {}
+
+    def bundle_from_run(out, *rest):
+        bundled["out"] = out
+        return SimpleNamespace(files={"tunableop": "x.csv"}, problems=[1, 2], recipe="r",
+                               torch_version="t", gpu_arch="g")
+
+    monkeypatch.setattr(tune_gemm, "tune_tunableop", tune_two_then_stop)
+    monkeypatch.setattr(tune_gemm, "bundle_from_run", bundle_from_run)
+    out = tmp_path / "bundle"
+    assert run(["gemm", str(problems), "--out", str(out), "--method", "tunableop"]) == 130
+    record = json.loads((out / tune_gemm.RESULTS).read_text())
+    assert record["stopped"] == "interrupted after 2 of 15 problems"
+    assert [p["m"] for p in record["problems"]] == ["14336", "4096"]
+    assert bundled["out"] == out
+    assert "bundling what is done" in capsys.readouterr().err

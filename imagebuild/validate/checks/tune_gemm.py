@@ -25,6 +25,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -297,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Tune, then bundle. Exit 0: a bundle was written (or no GPU, with --allow-cpu);
     1: nothing was tuned; 2: bad input."""
@@ -315,19 +320,32 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": {"iters": args.iters, "cold_iters": args.cold_iters,
                                            "rotating_mb": args.rotating_mb}}
     deadline = time.monotonic() + args.budget_s
-    for method in methods:
-        reason = skip_reason(method, facts, bench)
-        record["methods"][method] = {"skipped": reason} if reason else {"ran": True}
+    interrupted = False
+    # SLURM ends a job at its time limit with SIGTERM (then SIGKILL after KillWait): treat it
+    # like Ctrl-C, so that the problems tuned so far still become a bundle.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for method in methods:
+            reason = skip_reason(method, facts, bench)
+            record["methods"][method] = {"skipped": reason} if reason else {"ran": True}
+            save(out, record)
+            if reason:
+                print(f"{method}: skipped: {reason}", flush=True)
+                continue
+            if method == "hipblaslt":
+                tune_hipblaslt(problems, out, str(bench), record, deadline, args.iters,
+                               args.cold_iters, args.rotating_mb)
+            else:
+                tune_tunableop(problems, out, record, deadline, args.iters,
+                               args.rotating_mb)
+            save(out, record)
+    except KeyboardInterrupt:
+        # Ctrl-C or a job's time limit (SIGTERM): what is tuned so far becomes the bundle.
+        interrupted = True
+        record["stopped"] = (f"interrupted after {len(record['problems'])} of "
+                             f"{len(problems)} problems")
         save(out, record)
-        if reason:
-            print(f"{method}: skipped: {reason}", flush=True)
-            continue
-        if method == "hipblaslt":
-            tune_hipblaslt(problems, out, str(bench), record, deadline, args.iters,
-                           args.cold_iters, args.rotating_mb)
-        else:
-            tune_tunableop(problems, out, record, deadline, args.iters, args.rotating_mb)
-        save(out, record)
+        print(f"\n{record['stopped']}; bundling what is done", file=sys.stderr, flush=True)
     if facts["gpu"] is None:
         print("nothing tuned: GPU-only (no GPU visible to torch)", flush=True)
         return 0 if args.allow_cpu else 1
@@ -341,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bundle: {out} ({', '.join(bundle.files)}; {len(bundle.problems)} problems; "
           f"recipe {bundle.recipe or '?'}, torch {bundle.torch_version}, {bundle.gpu_arch})",
           flush=True)
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":
