@@ -69,8 +69,9 @@ def build_context(plan: BuildPlan, dest_dir: Path,
     }
     if plan.plugin is not None:
         files["network-plugin-check.py"] = (TEMPLATES / "network-plugin-check.py").read_text()
-    if recipe.hipblaslt.enabled:
+    if plan.hipblaslt is not None:
         files["hipblaslt-tuning-kit.sh"] = (TEMPLATES / "hipblaslt-tuning-kit.sh").read_text()
+        files[plan.hipblaslt.check] = (TEMPLATES / plan.hipblaslt.check).read_text()
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +169,15 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
             "prefix": HIPBLASLT_PREFIX, "library": f"{HIPBLASLT_PREFIX}/lib",
             "bench": f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench" if hip.clients else None,
             "tuning_kit": _tuning_kit_paths() if hip.tuning_kit and hip.clients else None,
+        })
+    if plan.hipblaslt is not None and lock.hipblaslt:
+        # Which library torch loads, decided from its wheel; "loaded" (the files torch maps
+        # and the bench links, proved one) is filled in by the final stage's check.
+        data["hipblaslt"].update({
+            "torch": {"version": plan.hipblaslt.torch_version,
+                      "links": plan.hipblaslt.torch_links,
+                      "replaced_in": plan.hipblaslt.replaces},
+            "loaded": None,
         })
     if plugin.enabled and lock.network_plugin and lock.libfabric:
         prefix = plugin_prefix(recipe)

@@ -44,8 +44,10 @@ UV_WHEELS: tuple[tuple[str, str, str], ...] = (
 
 #: Shared libraries the plugin links besides libfabric (aws-ofi-nccl requires hwloc).
 PLUGIN_RUNTIME_PACKAGES = ("libhwloc15",)
-#: Runtime libraries of hipBLASLt's clients (install.sh builds them with gfortran/LAPACK).
-HIPBLASLT_CLIENT_RUNTIME_PACKAGES = ("libgfortran5",)
+#: Runtime libraries of hipBLASLt's clients (gfortran, and the system LAPACK/BLAS their CPU
+#: reference links: the build packages' liblapack-dev/libblas-dev replace what install.sh -d
+#: would build into /usr/local).
+HIPBLASLT_CLIENT_RUNTIME_PACKAGES = ("libgfortran5", "liblapack3", "libblas3")
 
 #: Environment variables the final stage sets itself; a recipe may not override them.
 RESERVED_ENV = grammar.RESERVED_ENV

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from imagebuild.errors import RenderError
 from imagebuild.lock.check import check_lock, display
+from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.model import Lock
 from imagebuild.recipe.model import Recipe
 from imagebuild.render.layout import (
@@ -28,6 +30,18 @@ GENERATED_OCI_LABELS = ("org.opencontainers.image.base.name",
                         "org.opencontainers.image.base.digest")
 
 
+#: The build-time check that torch and hipblaslt-bench map the same libhipblaslt (staged in
+#: the build context, bind-mounted into the final stage).
+HIPBLASLT_CHECK = "hipblaslt-check.py"
+#: Memory one Tensile kernel-generation job may take: install.sh's -j (Tensile's parallel
+#: jobs; ROCm/hipBLASLt install.sh passes it on as Tensile_CPU_THREADS) is capped at the
+#: builder's memory / this, so a many-core builder with little memory is not OOM-killed. A
+#: rule of thumb, not a measured figure: the peak per job depends on the logic files built.
+TENSILE_JOB_MEMORY_GIB = 4
+#: Which libhipblaslt a torch wheel loads (see torch_hipblaslt).
+TorchLinks = Literal["system", "bundled"]
+
+
 @dataclass(frozen=True)
 class HipBlasLtPlan:
     repository: str
@@ -41,6 +55,35 @@ class HipBlasLtPlan:
     tuning_kit: bool
     prefix: str
     source_dir: str
+    #: Where ROCm is in the base image; a .lw torch wheel loads <rocm_prefix>/lib's library.
+    rocm_prefix: str
+    #: The torch wheel version the decision below was made from.
+    torch_version: str
+    #: "system": the wheel links the system ROCm's libhipblaslt (repo.radeon.com ".lw"
+    #: wheels), so the built library replaces the base image's in <rocm_prefix>/lib;
+    #: "bundled": the wheel carries its own in torch/lib, which is replaced by links to the
+    #: built one. Either way one libhipblaslt file serves torch and hipblaslt-bench.
+    torch_links: TorchLinks
+    tensile_job_memory_gib: int = TENSILE_JOB_MEMORY_GIB
+    check: str = HIPBLASLT_CHECK
+
+    @property
+    def monorepo(self) -> bool:
+        """rocm-libraries keeps hipBLASLt in a subdirectory: fetched as a sparse checkout."""
+        return self.subdir != "."
+
+    @property
+    def library_dir(self) -> str:
+        return f"{self.prefix}/lib"
+
+    @property
+    def bench(self) -> str | None:
+        return f"{self.prefix}/bin/hipblaslt-bench" if self.clients else None
+
+    @property
+    def replaces(self) -> str:
+        """The directory whose libhipblaslt* and hipblaslt/ become links to the built ones."""
+        return f"{self.rocm_prefix}/lib" if self.torch_links == "system" else "torch/lib"
 
 
 @dataclass(frozen=True)
@@ -130,6 +173,12 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
     if not hip.enabled:
         return None
     source = lock.hipblaslt if lock else None
+    torch = recipe.wheels.version_of("torch") or (
+        lock.wheel("torch").version if lock and lock.wheel("torch") else None)
+    if torch is None:
+        raise RenderError(f"{display(recipe.path)}: hipblaslt: torch is not pinned in "
+                          "wheels.packages, so which libhipblaslt it loads (a .lw wheel links "
+                          "the system ROCm's, others bundle their own) cannot be decided")
     return HipBlasLtPlan(
         # The lock's URL: a --git-mirror at lock time rewrote it for this site.
         repository=source.repository if source else hip.source.repository,
@@ -137,7 +186,21 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
         ref=hip.source.ref, subdir=hip.subdir, targets=";".join(recipe.gpu_targets),
         clients=hip.clients, tuning_kit=hip.tuning_kit and hip.clients,
         prefix=HIPBLASLT_PREFIX,
-        source_dir="/usr/src/hipblaslt" + ("" if hip.subdir == "." else f"/{hip.subdir}"))
+        source_dir="/usr/src/hipblaslt" + ("" if hip.subdir == "." else f"/{hip.subdir}"),
+        rocm_prefix=recipe.rocm_prefix, torch_version=torch,
+        torch_links=torch_hipblaslt(torch))
+
+
+def torch_hipblaslt(version: str) -> TorchLinks:
+    """Which libhipblaslt a ROCm torch wheel loads, from its version's local part.
+
+    repo.radeon.com's ".lw" wheels (e.g. 2.8.0+rocm7.0.2.lw.git245bf6ed) are built against
+    the system ROCm and carry none of its libraries: "system". The others (e.g.
+    2.8.0+rocm6.4.4.gitc1404424, and pytorch.org's +rocmX.Y) bundle ROCm's libraries,
+    libhipblaslt and its kernels among them, in torch/lib: "bundled".
+    """
+    local = version.partition("+")[2]
+    return "system" if "lw" in local.split(".") else "bundled"
 
 
 def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
@@ -172,6 +235,9 @@ def _labels(recipe: Recipe, lock: Lock | None) -> tuple[tuple[str, str], ...]:
         ("imagebuild.gpu-targets", ",".join(recipe.gpu_targets) or "none"),
         ("imagebuild.manifest", IMAGE_MANIFEST),
     ]
+    if lock is not None and lock.source_date_epoch is not None:
+        # The squash step clamps every mtime to it (imagebuild.lock.epoch).
+        labels.append((EPOCH_LABEL, str(lock.source_date_epoch)))
     return tuple(labels)
 
 

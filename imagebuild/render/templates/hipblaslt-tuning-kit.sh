@@ -6,13 +6,15 @@
 #   SRC     the hipBLASLt project directory install.sh ran in (holds build/release)
 #   PREFIX  where the library was installed; the kit goes to PREFIX/tuning
 #
-# utilities/find_exact.py (ROCm/rocm-libraries projects/hipblaslt, and ROCm/hipBLASLt before
-# the monorepo) is run as `find_exact.py CONFIG BUILD_DIR OUT` and reads, relative to
-# BUILD_DIR, clients/hipblaslt-bench and device-library/MatchTable.yaml; MatchTable.yaml
-# maps solution indices to the logic YAML files its CreateLogic step rewrites. The kit
-# mirrors that layout under PREFIX/tuning/build/release, copies the logic YAMLs the match
-# table names (and only those) and points the table at the copies, so the whole source and
-# build tree can stay out of the final image:
+# utilities/find_exact.py is run as `find_exact.py CONFIG BUILD_DIR OUT` and reads, relative
+# to BUILD_DIR, hipblaslt-bench and MatchTable.yaml (which maps solution indices to the
+# logic YAML files its CreateLogic step rewrites). Where depends on the release:
+#   ROCm/hipBLASLt up to rocm-6.4.x: clients/staging/hipblaslt-bench, library/MatchTable.yaml
+#   ROCm/rocm-libraries projects/hipblaslt (7.x): clients/hipblaslt-bench,
+#                                                 device-library/MatchTable.yaml
+# so both paths are read from this release's find_exact.py itself. The kit mirrors them
+# under PREFIX/tuning/build/release, copies the logic YAMLs the table names (and only those)
+# and points the table at the copies, so the source and build trees stay out of the image:
 #   python3 PREFIX/tuning/utilities/find_exact.py tune.yaml PREFIX/tuning/build/release out/
 set -eu
 
@@ -21,27 +23,46 @@ prefix=$2
 build="$src/build/release"
 kit="$prefix/tuning"
 kit_build="$kit/build/release"
+finder="$src/utilities/find_exact.py"
 
 die() { echo "hipblaslt-tuning-kit: $*" >&2; exit 1; }
 
 [ -d "$build" ] || die "no build tree at $build (did install.sh run in $src?)"
-[ -f "$src/utilities/find_exact.py" ] || die "no utilities/find_exact.py in $src"
+[ -f "$finder" ] || die "no utilities/find_exact.py in $src"
 
-mkdir -p "$kit/utilities" "$kit_build/clients" "$kit_build/device-library"
-cp "$src/utilities/find_exact.py" "$kit/utilities/"
+# The one quoted build-relative path of each kind that find_exact.py names.
+named() {
+    found=$(grep -oE "\"/[A-Za-z0-9_./-]*$1\"" "$finder" | tr -d '"' | sort -u)
+    [ -n "$found" ] || die "$finder names no $1 path: cannot tell where it reads it"
+    [ "$(printf '%s\n' "$found" | wc -l)" -eq 1 ] || \
+        die "$finder names several $1 paths: $(printf '%s ' "$found" | tr '\n' ' ')"
+    printf '%s\n' "$found"
+}
+bench_rel=$(named hipblaslt-bench)
+table_rel=$(named MatchTable.yaml)
+
+mkdir -p "$kit/utilities" "$(dirname "$kit_build$bench_rel")" "$(dirname "$kit_build$table_rel")"
+cp "$finder" "$kit/utilities/"
+# The sibling modules it imports (the monorepo's find_exact.py imports fix_yaml_types).
+for module in $(sed -nE 's/^(from|import)[[:space:]]+([A-Za-z_][A-Za-z0-9_]*).*/\2/p' "$finder" | sort -u); do
+    if [ -f "$src/utilities/$module.py" ]; then
+        cp "$src/utilities/$module.py" "$kit/utilities/"
+    fi
+done
 
 # hipblaslt-bench: the installed copy when `cmake --install` put one in PREFIX/bin (no second
-# copy in the image), else the build tree's (clients/ or clients/staging/, by release).
+# copy in the image, and it finds PREFIX/lib's library), else the build tree's, from the path
+# find_exact.py reads.
 if [ -x "$prefix/bin/hipblaslt-bench" ]; then
-    ln -sf "$prefix/bin/hipblaslt-bench" "$kit_build/clients/hipblaslt-bench"
+    ln -sf "$prefix/bin/hipblaslt-bench" "$kit_build$bench_rel"
+elif [ -x "$build$bench_rel" ]; then
+    cp "$build$bench_rel" "$kit_build$bench_rel"
 else
-    bench=$(find "$build/clients" -name hipblaslt-bench -type f | sort | head -n 1)
-    [ -n "$bench" ] || die "no hipblaslt-bench under $build/clients (clients not built?)"
-    cp "$bench" "$kit_build/clients/hipblaslt-bench"
+    die "no hipblaslt-bench at $build$bench_rel (where find_exact.py runs it) nor in $prefix/bin (clients not built?)"
 fi
 
-table=$(find "$build" -name MatchTable.yaml -type f | sort | head -n 1)
-[ -n "$table" ] || die "no MatchTable.yaml under $build"
+table="$build$table_rel"
+[ -f "$table" ] || die "no MatchTable.yaml at $table (where find_exact.py reads it)"
 
 # Every logic YAML the table names. Absolute names (inside the source tree) are copied to
 # PREFIX/tuning/src/ and the table is rewritten to point there; relative names are taken
@@ -66,6 +87,6 @@ for name in $(grep -o '[A-Za-z0-9_./+-]*\.yaml' "$table" | sort -u); do
 done
 [ "$count" -gt 0 ] || die "MatchTable.yaml names no logic YAML files"
 
-sed -e "s#$src/#$kit/src/#g" "$table" > "$kit_build/device-library/MatchTable.yaml"
-echo "hipblaslt-tuning-kit: kept hipblaslt-bench, find_exact.py, MatchTable.yaml and $count" \
-     "logic YAML files in $kit"
+sed -e "s#$src/#$kit/src/#g" "$table" > "$kit_build$table_rel"
+echo "hipblaslt-tuning-kit: kept hipblaslt-bench (build/release$bench_rel), find_exact.py," \
+     "MatchTable.yaml (build/release$table_rel) and $count logic YAML files in $kit"

@@ -1,0 +1,212 @@
+"""One libhipblaslt for torch and hipblaslt-bench, proved at build time (imagebuild; standard
+library only, no GPU).
+
+usage:
+  hipblaslt-check.py link LIBRARY_DIR (--into DIR | --into-torch)
+      replace every libhipblaslt.so* (and hipblaslt-*.so*, a bundler's renamed copy) and
+      the hipblaslt/ kernel directory in DIR (or in the installed torch package's lib/,
+      found without importing it) with symbolic links to the built ones in LIBRARY_DIR.
+      DIR is <rocm_prefix>/lib for a torch wheel that links the system ROCm (the base
+      image's packaged library goes), torch/lib for a wheel that bundles its own.
+  hipblaslt-check.py final LIBRARY_DIR [--bench BENCH] --manifest MANIFEST.json
+                           [--image-library-path PATH]
+      fail unless `import torch` maps exactly the libhipblaslt file that BENCH links (and
+      that is LIBRARY_DIR's), in the base image's environment and, with PATH, in the
+      image's (PATH first on LD_LIBRARY_PATH); then record both paths in the manifest.
+
+Why: a tuning result (HIPBLASLT_TUNING_OVERRIDE_FILE, find_exact.py's logic) is tied to
+one library build (hipBLASLt compares its git revision): a result torch never loads is
+useless.
+torch's mapping is read from /proc/self/maps after `import torch` in a child process (the
+wheel loads libhipblaslt when libtorch_hip is loaded, no GPU needed); the bench's from the
+dynamic loader's trace (LD_TRACE_LOADED_OBJECTS=1, what ldd does: the program never runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import NoReturn
+
+#: The child that imports torch and reports the libhipblaslt files mapped into it.
+TORCH_MAPS = (
+    "import json, os, torch\n"
+    "maps = open('/proc/self/maps').read().split()\n"
+    "print(json.dumps(sorted({p for p in maps if p.startswith('/')\n"
+    "    and os.path.basename(p).startswith('libhipblaslt')})))\n"
+)
+PATTERNS = ("libhipblaslt.so*", "libhipblaslt-*.so*")
+
+
+def fail(message: str) -> NoReturn:
+    print(f"hipblaslt-check: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def torch_lib() -> str:
+    """torch/lib of the installed torch, found without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        fail(f"no torch package for {sys.executable}: cannot find its lib/ directory")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "lib")
+
+
+def built(library_dir: str) -> str:
+    """The real file of the built libhipblaslt in LIBRARY_DIR."""
+    library = os.path.join(library_dir, "libhipblaslt.so")
+    if not os.path.exists(library):
+        fail(f"{library} does not exist: hipBLASLt was not installed to {library_dir}")
+    return os.path.realpath(library)
+
+
+def remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def link(args: argparse.Namespace) -> None:
+    target = torch_lib() if args.into_torch else args.into
+    real = built(args.library_dir)
+    if not os.path.isdir(target):
+        fail(f"{target} is not a directory")
+    if os.path.realpath(target) == os.path.realpath(args.library_dir):
+        fail(f"{target} is the built library's own directory: nothing to replace")
+    old = sorted({os.path.basename(p) for pattern in PATTERNS
+                  for p in glob.glob(os.path.join(target, pattern))})
+    if args.into_torch and not old:
+        fail(f"{target} holds no libhipblaslt: this torch wheel does not bundle one, so it "
+             "loads the system ROCm's (a .lw wheel?); the recipe's torch pin and this wheel "
+             "disagree")
+    ours = sorted(os.path.basename(p) for p in glob.glob(os.path.join(args.library_dir,
+                                                                      "libhipblaslt.so*")))
+    for name in old:
+        remove(os.path.join(target, name))
+    for name in sorted(set(old) | set(ours)):
+        source = os.path.join(args.library_dir, name)
+        os.symlink(source if name in ours else real, os.path.join(target, name))
+    kernels = os.path.join(args.library_dir, "hipblaslt")
+    replaced = os.path.lexists(os.path.join(target, "hipblaslt"))
+    if replaced:
+        remove(os.path.join(target, "hipblaslt"))
+    if os.path.isdir(kernels):
+        os.symlink(kernels, os.path.join(target, "hipblaslt"))
+    print(f"hipblaslt-check: {target}: {', '.join(old) or 'no libhipblaslt'}"
+          f"{' and hipblaslt/' if replaced else ''} replaced by links to {args.library_dir}")
+
+
+def bench_library(bench: str, env: dict[str, str]) -> str:
+    """The libhipblaslt the loader resolves for BENCH (its ldd line), as a path."""
+    if not os.access(bench, os.X_OK):
+        fail(f"{bench} is not an executable: were the clients built?")
+    result = subprocess.run([bench], check=False, env=dict(env, LD_TRACE_LOADED_OBJECTS="1"),
+                            capture_output=True, text=True)
+    lines = [line.strip() for line in result.stdout.splitlines() if "libhipblaslt" in line]
+    if result.returncode != 0 or not lines:
+        fail(f"the loader's trace of {bench} names no libhipblaslt "
+             f"(exit {result.returncode}): {result.stderr.strip() or result.stdout.strip()}")
+    name, _, rest = lines[0].partition("=>")
+    path = rest.strip().split(" (")[0].strip()
+    if not path.startswith("/"):
+        fail(f"{bench} needs {name.strip()}, which the loader does not find ({rest.strip()})")
+    return path
+
+
+def shown(path: str) -> str:
+    """PATH, and the file it resolves to when that is another name."""
+    real = os.path.realpath(path)
+    return path if real == path else f"{path} (= {real})"
+
+
+def torch_libraries(env: dict[str, str]) -> list[str]:
+    result = subprocess.run([sys.executable, "-c", TORCH_MAPS], check=False, env=env,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        error = result.stderr.strip().splitlines()[-1:] or ["no output"]
+        fail(f"import torch failed: {error[0]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def environments(image_path: str | None) -> list[tuple[str, dict[str, str]]]:
+    """The image's environment (IMAGE_PATH put first on LD_LIBRARY_PATH, as its ENV does)
+    and the base image's (a runtime or site that replaces LD_LIBRARY_PATH, as LUMI's
+    libfabric setup does, must still find the one library)."""
+    base = dict(os.environ)
+    if not image_path:
+        return [("", base)]
+    current = base.get("LD_LIBRARY_PATH")
+    image = dict(base, LD_LIBRARY_PATH=image_path + (f":{current}" if current else ""))
+    unchanged = f"={current}" if current else " unset"
+    return [(f" with the image's LD_LIBRARY_PATH={image['LD_LIBRARY_PATH']}", image),
+            (f" with the base image's environment (LD_LIBRARY_PATH{unchanged})", base)]
+
+
+def proved(args: argparse.Namespace, real: str, how: str,
+           env: dict[str, str]) -> tuple[list[str], str | None]:
+    """Fail unless, in ``env``, the bench links and torch maps exactly ``real``."""
+    bench = bench_library(args.bench, env) if args.bench else None
+    if bench is not None and os.path.realpath(bench) != real:
+        fail(f"{args.bench} links {shown(bench)}{how}, not the library installed in "
+             f"{args.library_dir} ({real})")
+    reference = bench or os.path.join(args.library_dir, "libhipblaslt.so")
+    by = (f"hipblaslt-bench links {shown(reference)}" if bench
+          else f"hipBLASLt was built into {shown(reference)}")
+    mapped = torch_libraries(env)
+    if not mapped:
+        fail(f"import torch mapped no libhipblaslt{how}, {by}: this torch does not load "
+             "hipBLASLt at import, so which library it uses cannot be proved here")
+    if sorted({os.path.realpath(p) for p in mapped}) != [real]:
+        fail(f"import torch maps {', '.join(shown(p) for p in mapped)}{how}, but {by}: "
+             "tuning results made with the bench would never reach training. Replace "
+             "torch's copy with links to the built library (hipblaslt-check.py link), or "
+             "build the bench from the hipBLASLt commit of torch's copy.")
+    return mapped, bench
+
+
+def final(args: argparse.Namespace) -> None:
+    real = built(args.library_dir)
+    checked = [(how.strip() or "as is", *proved(args, real, how, env))
+               for how, env in environments(args.image_library_path)]
+    _, mapped, bench = checked[0]
+    with open(args.manifest, encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    entry = manifest.setdefault("hipblaslt", {})
+    entry["loaded"] = {"file": real, "torch_maps": mapped, "bench_links": bench,
+                       "checked": [how for how, _, _ in checked],
+                       "commit": entry.get("commit"), "ref": entry.get("ref")}
+    partial = args.manifest + ".partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=2)
+        handle.write("\n")
+    os.replace(partial, args.manifest)
+    print(f"hipblaslt-check: import torch maps {', '.join(mapped)} and hipblaslt-bench "
+          f"links {bench or '-'} ({'; '.join(how for how, _, _ in checked)}): one file, "
+          f"{real} (hipBLASLt {entry.get('ref')} at {entry.get('commit')})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="hipblaslt-check")
+    modes = parser.add_subparsers(dest="mode", required=True)
+    linking = modes.add_parser("link")
+    linking.add_argument("library_dir")
+    where = linking.add_mutually_exclusive_group(required=True)
+    where.add_argument("--into")
+    where.add_argument("--into-torch", action="store_true")
+    checking = modes.add_parser("final")
+    checking.add_argument("library_dir")
+    checking.add_argument("--bench")
+    checking.add_argument("--manifest", required=True)
+    checking.add_argument("--image-library-path")
+    args = parser.parse_args()
+    link(args) if args.mode == "link" else final(args)
+
+
+if __name__ == "__main__":
+    main()
