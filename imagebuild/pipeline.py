@@ -23,8 +23,14 @@ from imagebuild.convert.artifacts import (
     write_record,
 )
 from imagebuild.convert.formats import convert
+from imagebuild.convert.inventory import Inventory, InventoryScan, take_inventory
 from imagebuild.convert.sources import source_for_engine
-from imagebuild.convert.squashfs import DEFAULT_COMPRESSION, Compression, find_squash_tool
+from imagebuild.convert.squashfs import (
+    DEFAULT_COMPRESSION,
+    Compression,
+    find_squash_tool,
+    reproducible_epoch,
+)
 from imagebuild.engine.base import Engine
 from imagebuild.engine.build import ImageRef, build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
@@ -34,6 +40,8 @@ from imagebuild.engine.tags import BUILD_HASH_LABEL, build_tag, latest_tag
 from imagebuild.errors import LockError
 from imagebuild.generated import write_all
 from imagebuild.lock.check import current_lock
+from imagebuild.lock.epoch import EPOCH_BUILD_ARG
+from imagebuild.lock.model import Lock
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.model import Recipe
 from imagebuild.recipe.site import load_site
@@ -67,6 +75,8 @@ class BuildResult:
     squashed: bool = False
     pushed: tuple[PushedImage, ...] = ()
     seconds: dict[str, float] = field(default_factory=dict)
+    #: size table, SBOM and leftovers of the final image
+    inventory: Inventory | None = None
 
 
 def context_hash(context: BuildContext) -> str:
@@ -112,7 +122,7 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
             say(f"building {tag} with {engine.describe()} (log: {log_path})")
             image = build_image(
                 engine, context.dockerfile, context.directory, [tag, latest],
-                labels={BUILD_HASH_LABEL: build_hash},
+                labels={BUILD_HASH_LABEL: build_hash}, build_args=epoch_build_args(lock),
                 secrets={"site-ca": site_ca} if site_ca else None,
                 log_path=log_path, progress=progress, builder=options.builder,
                 no_cache=options.no_cache)
@@ -121,16 +131,36 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
 
     artifacts: tuple[Artifact, ...] = ()
     squashed = False
+    source = source_for_engine(engine, image.ref)
+    # One pass over the image's files gives the size table and the SBOM: the squash's
+    # stream (which then carries the SBOM too), else an export of its own.
+    # (dated like the build: the lock's SOURCE_DATE_EPOCH, else the image creation time)
+    scan = InventoryScan(plan, lock.source_date_epoch if lock.source_date_epoch is not None
+                         else reproducible_epoch(source.config()))
     if options.formats:
         started = time.monotonic()
-        artifacts, squashed = _squash(recipe, engine, image, options, say)
+        artifacts, squashed = _squash(recipe, engine, image, options, say, scan)
         seconds["squash"] = time.monotonic() - started
+    started = time.monotonic()
+    inventory = take_inventory(scan, source, options.output_dir.resolve(), recipe.name,
+                               image.image_id)
+    if inventory.scanned and not squashed:
+        seconds["inventory"] = time.monotonic() - started
     pushed: tuple[PushedImage, ...] = ()
     if options.push:
         started = time.monotonic()
         pushed = push_image(engine, image, options.push)
         seconds["push"] = time.monotonic() - started
-    return BuildResult(recipe.name, image, built, artifacts, squashed, pushed, seconds)
+    return BuildResult(recipe.name, image, built, artifacts, squashed, pushed, seconds,
+                       inventory)
+
+
+def epoch_build_args(lock: Lock) -> dict[str, str]:
+    """SOURCE_DATE_EPOCH as a build arg: BuildKit >= 0.11 dates the image config and its
+    history with it (docker/buildkit docs/build-repro.md); no stage declares the ARG, so
+    it keys no step's cache. The squash step clamps the files' mtimes in every case."""
+    epoch = lock.source_date_epoch
+    return {EPOCH_BUILD_ARG: str(epoch)} if epoch is not None else {}
 
 
 def _existing_image(engine: Engine, tag: str, build_hash: str) -> ImageRef | None:
@@ -144,7 +174,7 @@ def _existing_image(engine: Engine, tag: str, build_hash: str) -> ImageRef | Non
 # --- squash, reusing artifacts of the same image --------------------------------------------
 
 def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptions,
-            say: Say) -> tuple[tuple[Artifact, ...], bool]:
+            say: Say, scan: InventoryScan | None = None) -> tuple[tuple[Artifact, ...], bool]:
     output_dir = options.output_dir.resolve()
     key = {"image_id": image.image_id, "formats": list(options.formats),
            "compression": str(options.compression), "site": options.site}
@@ -155,7 +185,8 @@ def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptio
     tool = find_squash_tool(None)
     artifacts = convert(source_for_engine(engine, image.ref), output_dir, recipe.name,
                         options.formats, compression=options.compression, tool=tool,
-                        image_ref=image.ref if engine.backend == "docker" else None)
+                        image_ref=image.ref if engine.backend == "docker" else None,
+                        observer=scan)
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
     if options.site and sqsh is not None:
         site = load_site(options.site)

@@ -130,15 +130,20 @@ class IndexServer:
 
     hrefs: "relative" (repo.radeon.com), "absolute" (http://host/path) or "rooted" (/path).
     ranges: honour Range/If-Range (resumable downloads) when True.
+    publish_hashes: add PEP 503's ``#sha256=<hex>`` to each file's link, as simple indexes
+    do (repo.radeon.com does not); ``published`` overrides the hash given for a file name.
     """
 
-    def __init__(self, directory: Path | str, *, hrefs: str = "relative", ranges: bool = True):
+    def __init__(self, directory: Path | str, *, hrefs: str = "relative", ranges: bool = True,
+                 publish_hashes: bool = False):
         if hrefs not in ("relative", "absolute", "rooted"):
             raise ValueError(f"hrefs={hrefs!r}")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.hrefs = hrefs
         self.ranges = ranges
+        self.publish_hashes = publish_hashes
+        self.published: dict[str, str] = {}
         self._faults: dict[str, list[_Queued]] = {}
         self._log: list[LoggedRequest] = []
         self._lock = threading.Lock()
@@ -437,6 +442,9 @@ class _Handler(BaseHTTPRequestHandler):
                 href = quote(path) + href
             elif self.index.hrefs == "absolute":
                 href = self.index.url.rstrip("/") + quote(path) + href
+            if self.index.publish_hashes and entry.is_file():
+                digest = self.index.published.get(entry.name) or sha256_of(entry)
+                href += f"#sha256={digest}"
             text = name if len(name) <= 50 else name[:47] + "..>"
             stat = entry.stat()
             date = email.utils.formatdate(stat.st_mtime, usegmt=True)[5:22]

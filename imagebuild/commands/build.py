@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.convert.formats import parse_formats
 from imagebuild.convert.squashfs import ALGORITHMS, parse_compression
+from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
-from imagebuild.engine.select import BACKENDS
-from imagebuild.pipeline import BuildOptions, build_recipe, format_sizes
+from imagebuild.engine.select import BACKENDS, detect_engine
+from imagebuild.errors import BuildError
+from imagebuild.pipeline import BuildOptions, BuildResult, build_recipe, format_sizes
 from imagebuild.recipe.load import load_recipe, project_dir
 from imagebuild.recipe.model import Recipe
 
@@ -45,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="push the image to REGISTRY (host[:port][/prefix])")
     parser.add_argument("--no-cache", action="store_true",
                         help="rebuild every step even when the image is up to date")
+    parser.add_argument("--check-reproducible", action="store_true",
+                        help="then build the recipe again without cache into a second tag, "
+                             "squash both and compare: exit 1, naming the first differing "
+                             "files, when the two .sqsh differ")
     parser.add_argument("--tuning", type=Path, default=None, metavar="DIR",
                         help="also build a derived image with this tuning bundle baked in "
                              "(one layer on the recipe's image, tag ...-tuned-<bundle>); "
@@ -61,22 +68,47 @@ def run(args: argparse.Namespace) -> int:
         site=args.site, push=args.push, no_cache=args.no_cache,
         compression=parse_compression(args.compression, args.level))
     if args.tuning is not None:
+        if args.check_reproducible:
+            raise BuildError("--check-reproducible: not with --tuning (check the recipe's "
+                             "image, without the bundle)")
         return run_tuned(recipe, options, args.tuning)
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    engine = detect_engine(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
-        result = build_recipe(recipe, options, say=say, progress=display)
+        result = build_recipe(recipe, options, engine=engine, say=say, progress=display)
     print(f"image {result.image.ref} ({result.image.image_id[:19]}) "
           f"{'built' if result.built else 'up to date'}")
     for line in format_sizes(result.artifacts):
         print(line)
+    if result.inventory is not None:
+        for line in result.inventory.lines():
+            print(line)
     for pushed in result.pushed:
         print(f"pushed {pushed.pinned}")
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
     print(f"times: {timing}")
-    return 0
+    return check_reproducible(recipe, options, result, engine, say) \
+        if args.check_reproducible else 0
+
+
+def check_reproducible(recipe: Recipe, options: BuildOptions, result: BuildResult,
+                       engine: Engine, say: Callable[[str], None]) -> int:
+    """``--check-reproducible``: 0 when a clean rebuild squashes to the same bytes."""
+    from imagebuild.convert.reproducible import report_lines
+    from imagebuild.reproducible import check_reproducible as recheck
+
+    with ProgressDisplay(f"rebuild {recipe.name} without cache") as display:
+        check = recheck(recipe, options, result, engine=engine, say=say, progress=display)
+    for comparison in (check.comparison, check.sif):
+        for line in report_lines(comparison) if comparison else ():
+            print(line)
+    if not check.reproducible:
+        print(f"kept for inspection: {check.second.ref}, {check.directory}")
+    print("check times: " + ", ".join(f"{k} {v:.1f} s" for k, v in check.seconds.items()))
+    return 0 if check.reproducible else 1
 
 
 def run_tuned(recipe: Recipe, options: BuildOptions, bundle_dir: Path) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
+from imagebuild.convert.inventory import recipe_scan, take_inventory
 from imagebuild.convert.sources import DockerSource, open_source
 from imagebuild.convert.squashfs import (
     ALGORITHMS,
@@ -25,7 +26,7 @@ from imagebuild.convert.squashfs import (
 )
 from imagebuild.engine import tags as images
 from imagebuild.errors import SquashError
-from imagebuild.recipe.load import project_dir
+from imagebuild.recipe.load import load_recipe, project_dir
 from imagebuild.recipe.site import load_site
 
 
@@ -97,8 +98,11 @@ def run(args: argparse.Namespace) -> int:
         else None
     source = open_source(target.image_ref, args.backend)
     backend_ref = target.image_ref if isinstance(source, DockerSource) else None
+    # A recipe's image gets its SBOM (and size table) as `build --squash` gives it.
+    scan = recipe_scan(load_recipe(target.recipe, project), source) if target.recipe else None
     artifacts = convert(source, output_dir, target.name, formats, compression=compression,
-                        tool=tool, sif_method=args.sif_method, image_ref=backend_ref)
+                        tool=tool, sif_method=args.sif_method, image_ref=backend_ref,
+                        observer=scan)
     for artifact in artifacts:
         note = f"  ({tool.name if tool else 'apptainer'}, {compression})" \
             if artifact.kind == "sqsh" else ""
@@ -114,4 +118,8 @@ def run(args: argparse.Namespace) -> int:
         edf_file = write_edf_beside(sqsh, target.name, site, rocm_version=rocm,
                                     workdir=config.workdir or None)
         print(f"edf   {edf_file.path}  sha256:{edf_file.sha256}  (site {site.name})")
+    if scan is not None:
+        # no engine image id here: a later `build` re-reads the image once for its record
+        for line in take_inventory(scan, source, output_dir, target.name, "").lines():
+            print(line)
     return 0

@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,9 +112,12 @@ def record_path(output_dir: Path, name: str) -> Path:
 def write_record(output_dir: Path, name: str, key: Mapping[str, Any],
                  artifacts: Sequence[Artifact]) -> None:
     """Record which image and options (``key``: image id, formats, compression, site) made
-    ``artifacts``, for ``reusable_artifacts``."""
+    ``artifacts``, for ``reusable_artifacts``, and when: the wall time belongs here, beside
+    the artifacts, never inside them (they are reproducible: imagebuild.lock.epoch)."""
+    written = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
     write_text_atomic(record_path(output_dir, name), json.dumps({
         **key,
+        "written": written,
         "artifacts": [{"kind": a.kind, "path": a.path.name, "sha256": a.sha256,
                        "size": a.size, "seconds": round(a.seconds, 2)} for a in artifacts],
     }, indent=2) + "\n")

@@ -14,6 +14,7 @@ from imagebuild.convert.squashfs import (
     SquashTool,
     squash_image,
 )
+from imagebuild.convert.tarfilter import StreamObserver
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import SquashError
 from imagebuild.files import remove_quietly
@@ -42,12 +43,14 @@ def convert(
     image_ref: str | None = None,
     epoch: int | None = None,
     runner: CommandRunner = DEFAULT_RUNNER,
+    observer: StreamObserver | None = None,
 ) -> list[Artifact]:
     """Write ``<name>.sqsh`` and/or ``<name>.sif`` to ``output_dir``; return the artifacts.
 
     The .sif wraps the same squashfs (one export, one compression) unless Apptainer is
     installed and chosen (``sif_method`` auto|apptainer|siftool), which re-exports the image
-    from the Docker engine (``image_ref``) its own way.
+    from the Docker engine (``image_ref``) its own way. ``observer`` sees the squash's
+    stream (and may add files to it: the SBOM).
     """
     for fmt in formats:
         if fmt not in FORMATS:
@@ -59,13 +62,13 @@ def convert(
     if need_sqsh:
         if "sqsh" in formats:
             result = squash_image(source, sqsh_path, compression=compression, tool=tool,
-                                  epoch=epoch, runner=runner)
+                                  epoch=epoch, runner=runner, observer=observer)
             artifacts.append(result.artifact)
             partition = result.artifact
         else:
             hidden = output_dir / f".{name}.sif-partition.sqsh"
             result = squash_image(source, hidden, compression=compression, tool=tool,
-                                  epoch=epoch, runner=runner)
+                                  epoch=epoch, runner=runner, observer=observer)
             partition = result.artifact
     sif_path = output_dir / f"{name}.sif"
     try:
@@ -73,6 +76,7 @@ def convert(
             artifacts.append(sif.wrap_squashfs(partition.path, sif_path, source.config(),
                                                image_ref=image_ref or source.description,
                                                extra_seconds=partition.seconds,
+                                               epoch=epoch, partition_sha256=partition.sha256,
                                                runner=runner))
         elif method == "apptainer":
             assert image_ref is not None

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import time
+import uuid
 from pathlib import Path
 
 from imagebuild.convert.artifacts import Artifact, publish
 from imagebuild.convert.sources import ImageConfig
+from imagebuild.convert.squashfs import reproducible_epoch
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
-from imagebuild.files import temporary_name
+from imagebuild.files import sha256_file, temporary_name
 
 #: SIF global header: the first 32 bytes are a launch script ("#!/usr/bin/env
 #: run-singularity\n" in sylabs/sif OptCreateWithLaunchScript); siftool writes zeros.
@@ -85,13 +88,15 @@ def write_launch_script(sif_path: Path) -> None:
 
 def wrap_squashfs(squashfs: Path, output: Path, config: ImageConfig, *,
                   image_ref: str | None = None, siftool: str = "siftool",
-                  extra_seconds: float = 0.0,
+                  extra_seconds: float = 0.0, epoch: int | None = None,
+                  partition_sha256: str | None = None,
                   runner: CommandRunner = DEFAULT_RUNNER) -> Artifact:
     """A .sif with ``squashfs`` as its primary system partition, published atomically.
 
     Objects in Apptainer's order (internal/pkg/build/assemblers/sif.go createSIF): the
     definition file, the JSON objects (oci-config.json), then the partition; all in object
-    group 1, the default group of apptainer/sif v2.
+    group 1, the default group of apptainer/sif v2. Reproducible: see ``make_deterministic``
+    (``epoch`` defaults to the squash's, ``reproducible_epoch``).
     """
     started = time.monotonic()
     arch = _PARTARCH.get(config.architecture)
@@ -122,6 +127,8 @@ def wrap_squashfs(squashfs: Path, output: Path, config: ImageConfig, *,
         _run([siftool, "add", "--datatype", "4", "--parttype", "2", "--partfs", "1",
               "--partarch", str(arch), "--groupid", "1", str(temp), str(squashfs)],
              "siftool add (primary system partition)", runner)
+        make_deterministic(temp, reproducible_epoch(config) if epoch is None else epoch,
+                           partition_sha256 or sha256_file(squashfs))
         return publish(temp, output, "sif", time.monotonic() - started + extra_seconds)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -129,6 +136,41 @@ def wrap_squashfs(squashfs: Path, output: Path, config: ImageConfig, *,
     finally:
         for path in staged:
             path.unlink(missing_ok=True)
+
+
+# SIF global header and descriptor layout (sylabs/sif pkg/sif/sif.go, header and
+# rawDescriptor, written with encoding/binary little-endian, no padding): the image ID at
+# byte 48, created/modified times (int64) at 64 and 72, descriptor total at 88 and offset
+# at 96; each 585-byte descriptor has its "used" flag at 4 and its times at 41 and 49.
+_HEADER_ID, _HEADER_TIMES, _HEADER_DESCRIPTORS = 48, 64, 88
+_DESCRIPTOR_SIZE, _DESCRIPTOR_USED, _DESCRIPTOR_TIMES = 585, 4, 41
+#: Namespace of the SIF image IDs derived from content (uuid5, RFC 9562 section 5.5).
+_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/sylabs/sif#imagebuild")
+
+
+def make_deterministic(sif_path: Path, epoch: int, partition_sha256: str) -> None:
+    """Give a siftool-made SIF the same bytes for the same content.
+
+    siftool 2.8 stamps a random image ID and the wall clock into the header and every
+    descriptor, and has no option against it (the library's OptCreateWithID and
+    OptCreateWithTime are not exposed). Like those options, this sets the ID to one
+    derived from the partition's sha256 and every time to ``epoch``.
+    """
+    image_id = uuid.uuid5(_ID_NAMESPACE, f"sha256:{partition_sha256}").bytes
+    times = struct.pack("<qq", epoch, epoch)
+    with open(sif_path, "r+b") as stream:
+        header = stream.read(_HEADER_DESCRIPTORS + 16)
+        if header[_LAUNCH_FIELD:_LAUNCH_FIELD + len(_SIF_MAGIC)] != _SIF_MAGIC:
+            raise SquashError(f"sif: {sif_path.name}: no SIF magic at offset {_LAUNCH_FIELD}")
+        total, offset = struct.unpack_from("<qq", header, _HEADER_DESCRIPTORS)
+        stream.seek(_HEADER_ID)
+        stream.write(image_id + times)
+        for index in range(total):
+            start = offset + index * _DESCRIPTOR_SIZE
+            stream.seek(start + _DESCRIPTOR_USED)
+            if stream.read(1) != b"\x00":
+                stream.seek(start + _DESCRIPTOR_TIMES)
+                stream.write(times)
 
 
 def apptainer_build(image_ref: str, output: Path, apptainer: str = "apptainer",

@@ -8,12 +8,14 @@ into the stream, so the image behaves as if imported by ``enroot import dockerd:
 ``apptainer run x.sqsh`` works too; the .sif embeds these very bytes: one export, one
 compression, two formats.
 
-Reproducible: the same image gives the same bytes. Image mtimes are kept (Python's .pyc
-files are validated against them), members keep the export's order (docker walks the
-filesystem in lexical order), mtimes the engine stamps at container creation are clamped
-to the image creation time (or ``SOURCE_DATE_EPOCH``), and the root inode and injected files
-get that time too. (With the mksquashfs fallback the root directory carries the wall time:
-squashfs-tools 4.5.1 ignores -root-time in -tar mode.) Differences from enroot, on purpose:
+Reproducible: two builds of the same recipe and lock give the same bytes. Members keep the
+export's order (docker walks the filesystem in lexical order); every mtime later than the
+lock's SOURCE_DATE_EPOCH (``reproducible_epoch``; imagebuild.lock.epoch) is clamped to it:
+the files the build wrote and those the engine stamps at container creation, while the
+pinned inputs keep theirs (timestamp-based .pyc files of the base image are validated
+against them); the root inode and injected files get that time too. (With the mksquashfs
+fallback the root directory carries the wall time: squashfs-tools 4.5.1 ignores -root-time
+in -tar mode.) Differences from enroot, on purpose:
 ownership is kept as in the image (enroot runs ``mksquashfs -all-root`` because it extracts
 unprivileged).
 """
@@ -37,10 +39,16 @@ from typing import IO
 from imagebuild.convert.artifacts import Artifact, publish
 from imagebuild.convert.runtime_files import runtime_entries
 from imagebuild.convert.sources import ImageConfig, ImageSource
-from imagebuild.convert.tarfilter import RootfsEntry, StreamStats, filter_rootfs_tar
+from imagebuild.convert.tarfilter import (
+    RootfsEntry,
+    StreamObserver,
+    StreamStats,
+    filter_rootfs_tar,
+)
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
 from imagebuild.files import remove_quietly, temporary_name
+from imagebuild.lock.epoch import EPOCH_LABEL
 
 # --- compression ------------------------------------------------------------------------------
 
@@ -167,14 +175,18 @@ def default_jobs() -> int:
 
 
 def reproducible_epoch(config: ImageConfig, environ: dict[str, str] | None = None) -> int:
-    """The time files without an image-given mtime get: SOURCE_DATE_EPOCH if set (the
-    reproducible-builds convention BuildKit follows too), else the image creation time."""
+    """The clamp time: $SOURCE_DATE_EPOCH if set (the reproducible-builds convention
+    BuildKit follows too), else the image's ``imagebuild.source-date-epoch`` label (the
+    time its lock was written: imagebuild.lock.epoch), else the image creation time (an
+    image not built from a lock; not reproducible: that is the build's wall time)."""
     env = os.environ if environ is None else environ
-    value = env.get("SOURCE_DATE_EPOCH", "").strip()
-    if value:
-        if not value.isdigit():
-            raise SquashError(f"SOURCE_DATE_EPOCH: expected whole seconds, got {value!r}")
-        return int(value)
+    for where, value in (("SOURCE_DATE_EPOCH", env.get("SOURCE_DATE_EPOCH", "")),
+                         (f"label {EPOCH_LABEL}", dict(config.labels).get(EPOCH_LABEL, ""))):
+        value = value.strip()
+        if value:
+            if not value.isdigit():
+                raise SquashError(f"{where}: expected whole seconds, got {value!r}")
+            return int(value)
     return config.created if config.created is not None else 0
 
 
@@ -296,10 +308,12 @@ def squash_image(
     epoch: int | None = None,
     jobs: int | None = None,
     runner: CommandRunner = DEFAULT_RUNNER,
+    observer: StreamObserver | None = None,
 ) -> SquashResult:
     """Stream ``source`` into a squashfs at ``output``, atomically, with a .sha256 beside.
 
-    ``entries`` defaults to ``runtime_entries(config)``. Raises SquashError (tool failure,
+    ``entries`` defaults to ``runtime_entries(config)``; ``observer`` sees the stream (sizes,
+    SBOM: imagebuild.convert.inventory). Raises SquashError (tool failure,
     full disk), EngineError (export failed); on any failure no file is left at ``output``
     nor under a temporary name.
     """
@@ -317,7 +331,8 @@ def squash_image(
             with source.rootfs_tar() as stream:
                 try:
                     return filter_rootfs_tar(stream, stdin, entries, clamp_mtime=epoch,
-                                             keep_root_entry=tool.name == "tar2sqfs")
+                                             keep_root_entry=tool.name == "tar2sqfs",
+                                             observer=observer)
                 except BrokenPipeError:
                     raise  # the tool stopped reading: run_squash_tool reports why
                 except (tarfile.TarError, OSError) as exc:

@@ -7,7 +7,7 @@ import io
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 #: Written by the engine into every exported container, meaningless elsewhere. enroot drops
 #: the same (src/docker.sh: ``tar --exclude='dev/*' --exclude='.dockerenv'``); podman's
@@ -51,6 +51,22 @@ class RootfsEntry:
         else:
             info.type, info.mode, info.size = tarfile.REGTYPE, self.mode, len(self.data)
         return info
+
+
+class StreamObserver(Protocol):
+    """Sees every member the filter writes (sizes, dpkg's database: imagebuild.convert.scan)
+    and adds files after the image's own, made from what it saw (the SBOM)."""
+
+    #: Paths the observer writes at the end; a member of the image at one of them is dropped.
+    injects: frozenset[str]
+
+    def wants(self, name: str) -> bool:
+        """Whether ``member`` gets the content of the regular file ``name`` (small files)."""
+
+    def member(self, name: str, info: tarfile.TarInfo, data: bytes | None) -> None: ...
+
+    def entries(self) -> Iterable[RootfsEntry]:
+        """Called once, after the image's members: the files to add."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +160,7 @@ def filter_rootfs_tar(
     entries: Iterable[RootfsEntry] = (),
     clamp_mtime: int | None = None,
     keep_root_entry: bool = True,
+    observer: StreamObserver | None = None,
 ) -> StreamStats:
     """Copy a rootfs tar stream from ``src`` to ``dst``, injecting ``entries``.
 
@@ -152,13 +169,17 @@ def filter_rootfs_tar(
     setuid/setgid, symlink and hard-link targets, PAX xattrs) passes unchanged, except:
     engine-only members are dropped, entries replace members of the same path, the
     ``HOST_FILES`` become empty files (unless ``entries`` give them), and mtimes later than
-    ``clamp_mtime`` are clamped to it (the files the engine creates at container
-    creation carry the export's wall time; clamping makes the output reproducible while
-    keeping image mtimes, which Python's .pyc validation depends on).
+    ``clamp_mtime`` are clamped to it (the files a build writes carry its wall time, those
+    the engine creates at container creation the export's; clamping to the lock's
+    SOURCE_DATE_EPOCH makes the output reproducible while keeping the older mtimes of
+    pinned inputs, which timestamp-based .pyc files are validated against), and injected
+    entries get ``clamp_mtime``.
     """
     wanted = {path: RootfsEntry(path) for path in HOST_FILES}
     wanted.update((e.path, e) for e in entries)
     files = {p: e for p, e in wanted.items() if e.kind != "dir"}
+    if observer is not None:
+        files.update((p, RootfsEntry(p)) for p in observer.injects)
     seen: set[str] = set()
     dropped: list[str] = []
     replaced: list[str] = []
@@ -208,7 +229,13 @@ def filter_rootfs_tar(
                 members += 1
                 body = tin.extractfile(member) if member.isreg() else None
                 bytes_in += member.size if body is not None else 0
+                if observer is not None:
+                    data = body.read() if body is not None and observer.wants(name) else None
+                    observer.member(name, member, data)
+                    body = io.BytesIO(data) if data is not None else body
                 tout.addfile(member, body)
+            if observer is not None:
+                wanted.update((e.path, e) for e in observer.entries())
             for path in sorted(wanted):
                 entry = wanted[path]
                 if entry.kind == "dir" and path in seen:

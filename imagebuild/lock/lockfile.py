@@ -9,6 +9,7 @@ comparing hashes, not by guessing from dates.
 
 from __future__ import annotations
 
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from imagebuild.lock.model import Lock, LockedArchive, LockedGit, LockedWheel
 from imagebuild.recipe.model import Recipe
 
 TOOL_KEY = "imagebuild"
+#: [tool.imagebuild] key of the lock's SOURCE_DATE_EPOCH.
+EPOCH_KEY = "source-date-epoch"
 
 
 def lock_path(recipe: Recipe) -> Path:
@@ -81,17 +84,32 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         network_plugin=git("network-plugin"),
         libfabric=LockedArchive(archive["url"], archive["sha256"], archive["size"])
         if archive else None,
+        source_date_epoch=_epoch(tool.get(EPOCH_KEY)),
     )
+
+
+def _epoch(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{EPOCH_KEY} must be whole seconds since 1970, got {value!r}")
+    return value
 
 
 def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: str,
               wheel_index: str, hipblaslt: LockedGit | None = None,
               network_plugin: LockedGit | None = None,
-              libfabric: LockedArchive | None = None) -> str:
+              libfabric: LockedArchive | None = None,
+              source_date_epoch: int | None = None) -> str:
     """The whole lock file: header, PEP 751 document (``packages`` as pylock entries, each
-    with one wheel) and the ``[tool.imagebuild]`` pins."""
+    with one wheel) and the ``[tool.imagebuild]`` pins.
+
+    ``source_date_epoch`` defaults to now: the moment the pins were chosen (see
+    imagebuild.lock.epoch for why that time).
+    """
     tool = tool_table(recipe, base_digest, hipblaslt, network_plugin, libfabric)
     tool["wheel-index"] = wheel_index
+    tool[EPOCH_KEY] = int(time.time()) if source_date_epoch is None else source_date_epoch
     document: dict[str, Any] = {
         "lock-version": "1.0",
         "created-by": "imagebuild",

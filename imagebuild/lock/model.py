@@ -52,6 +52,9 @@ class Lock:
     hipblaslt: LockedGit | None
     network_plugin: LockedGit | None
     libfabric: LockedArchive | None
+    #: When the lock was written (``source-date-epoch``): the SOURCE_DATE_EPOCH of every
+    #: build from it (imagebuild.lock.epoch); None in locks written before it was recorded.
+    source_date_epoch: int | None = None
 
     @property
     def base_image_pinned(self) -> str:

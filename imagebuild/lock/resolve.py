@@ -24,19 +24,23 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
-from imagebuild.errors import CommandFailed, LockError, SourceError, StaleFile
+from imagebuild.errors import CommandFailed, HashMismatch, LockError, SourceError, StaleFile
 from imagebuild.files import write_text_atomic
-from imagebuild.lock.index import WheelIndex, supported_tags
+from imagebuild.lock.epoch import relock_text
+from imagebuild.lock.index import IndexFile, WheelIndex, supported_tags
 from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit
 from imagebuild.lock.requires import PinnedWheel, check_pins_agree
 from imagebuild.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from imagebuild.lock.cache import CachedFile, DownloadCache
 
 #: Ubuntu 24.04 (the ROCm base images) has glibc 2.39; manylinux_2_28 wheels run there, and
 #: repo.radeon.com tags its wheels plain linux_x86_64.
@@ -93,6 +97,27 @@ def mirrored(url: str, mirrors: Mapping[str, str]) -> str:
 
 # --- the lock --------------------------------------------------------------------------------
 
+def _fetch_verified(cache: DownloadCache, found: IndexFile, pinned: str | None) -> CachedFile:
+    """The wheel's bytes, checked against the lock's pin and against the sha256 the index
+    publishes (PEP 503 ``#sha256=`` fragment; repo.radeon.com publishes none): a file whose
+    bytes disagree with what its own index states is refused, never pinned."""
+    published = found.sha256.lower() if found.sha256 else None
+    if pinned and published and pinned != published:
+        raise HashMismatch(
+            f"{found.url}: the index publishes sha256 {published}, the lock pins {pinned}\n"
+            "hint: the file was replaced upstream; check with the index's maintainers before "
+            "deleting the lock's pin")
+    try:
+        return cache.fetch(found.url, expected_sha256=pinned or published)
+    except HashMismatch as exc:
+        if pinned or not published:
+            raise
+        raise HashMismatch(f"{found.url}: the downloaded bytes do not match the sha256 "
+                           f"{published} the index publishes for them (nothing was cached)"
+                           "\nhint: a damaged mirror or proxy; retry, or lock from another "
+                           "mirror") from exc
+
+
 def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
                 progress: Progress = lambda _: None) -> Lock:
     """Resolve, pin and write the recipe's lock atomically; returns what it pins."""
@@ -114,7 +139,7 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
             found = index.find(name, version, python=recipe.python)
             progress(f"wheel {found.filename}")
             known = previous.get(found.filename)
-            cached = cache.fetch(found.url, expected_sha256=known)
+            cached = _fetch_verified(cache, found, known)
             cached.link_into(links, found.filename)
             pinned[canonicalize_name(name)] = {
                 "url": found.url, "size": cached.size, "sha256": cached.sha256}
@@ -149,9 +174,12 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
     progress(f"base image digest of {recipe.base_image}")
     base_digest = resolve_base_digest(recipe.base_image)
 
-    write_text_atomic(path, lock_text(recipe, packages, base_digest=base_digest,
-                                  wheel_index=index_url, hipblaslt=hipblaslt,
-                                  network_plugin=network_plugin, libfabric=libfabric))
+    def render(epoch: int | None) -> str:
+        return lock_text(recipe, packages, base_digest=base_digest, wheel_index=index_url,
+                         hipblaslt=hipblaslt, network_plugin=network_plugin,
+                         libfabric=libfabric, source_date_epoch=epoch)
+
+    write_text_atomic(path, relock_text(path, render))
     return read_lock(path)
 
 

@@ -236,3 +236,26 @@ def test_cli_names_both_pins_and_exits_2(world: World, capsys: pytest.CaptureFix
     assert "recipes/rocm-test.yaml: wheels.packages: the pinned wheels disagree" in err
     assert "requires `torch==2.9.0`" in err and f"torch is pinned to {TORCH}" in err
     assert "hint: pin builds made for each other" in err
+
+
+def test_hashes_the_index_publishes_are_checked(world: World) -> None:
+    """A PEP 503 index that publishes ``#sha256=`` for its files: the lock pins the published
+    hash when the bytes agree, and refuses a file whose bytes contradict its own index."""
+    world.server.publish_hashes = True
+    path = lock(world)
+    pinned = {p["name"]: p for p in tomllib.loads(path.read_text())["packages"]}
+    assert pinned["torch"]["wheels"][0]["hashes"]["sha256"] == sha256_of(
+        world.rocm_dir / TORCH_FILE)
+    before = path.read_bytes()
+    path.unlink()
+    world.server.published[TORCH_FILE] = "0" * 64
+    with pytest.raises(HashMismatch, match="the index publishes for them") as error:
+        lock(world, cache_dir=world.options.cache_dir.parent / "fresh-cache")
+    assert TORCH_FILE.replace("+", "%2B") in str(error.value) or TORCH_FILE in str(error.value)
+    assert not path.exists()
+    # A lock that pins other bytes than the index now publishes: named, not re-pinned.
+    path.write_bytes(before)
+    with pytest.raises(HashMismatch, match=f"the index publishes sha256 {'0' * 64}, "
+                                           "the lock pins"):
+        lock(world)
+    assert path.read_bytes() == before

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import tomli_w
 
 from imagebuild.lock.check import current_lock
+from imagebuild.lock.epoch import relock_text
 from imagebuild.lock.lockfile import header, lock_path, lock_text, read_lock, tool_table
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit
 from imagebuild.recipe.model import Recipe
@@ -36,6 +37,10 @@ def fake_commit(*parts: str) -> str:
 PYPI_DEPENDENCIES = (("filelock", "3.20.0"), ("fsspec", "2025.9.0"), ("jinja2", "3.1.6"),
                      ("markupsafe", "3.0.3"), ("mpmath", "1.3.0"), ("networkx", "3.5"),
                      ("sympy", "1.14.0"), ("typing-extensions", "4.15.0"))
+
+
+#: The made-up locks' SOURCE_DATE_EPOCH (2026-01-01): fixed, so their renders are too.
+FAKE_EPOCH = 1_767_225_600
 
 
 def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
@@ -65,7 +70,8 @@ def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
     target = path or lock_path(recipe)
     target.write_text(lock_text(recipe, packages, base_digest=base_digest,
                                 wheel_index=recipe.wheels.index_url, hipblaslt=hipblaslt,
-                                network_plugin=network_plugin, libfabric=libfabric),
+                                network_plugin=network_plugin, libfabric=libfabric,
+                                source_date_epoch=FAKE_EPOCH),
                       encoding="utf-8")
     return read_lock(target)
 
@@ -243,8 +249,11 @@ def served_lock(recipe: Recipe, server, wheels: list[tuple[str, str]], base_dige
             "url": server.url_for(wheel.name), "size": wheel.stat().st_size,
             "hashes": {"sha256": sha256_of(wheel)}}]})
     target = path or lock_path(recipe)
-    target.write_text(lock_text(recipe, packages, base_digest=base_digest,
-                                wheel_index=recipe.wheels.index_url), encoding="utf-8")
+    # Re-locking the same pins keeps the lock's time, as `imagebuild lock` does: an unchanged
+    # rebuild stays fully cached.
+    target.write_text(relock_text(target, lambda epoch: lock_text(
+        recipe, packages, base_digest=base_digest, wheel_index=recipe.wheels.index_url,
+        source_date_epoch=epoch)), encoding="utf-8")
     return read_lock(target)
 
 
