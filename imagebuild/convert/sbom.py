@@ -86,7 +86,8 @@ def _url(kind: ExternalReferenceType, url: str, digest: str | None = None) -> Ex
 
 
 def wheel_components(lock: Lock) -> Iterator[Component]:
-    for wheel in lock.wheels:
+    """Every wheel of the lock, and the ROCm selector sdist built from its pinned bytes."""
+    for wheel in (*lock.wheels, *([lock.selector] if lock.selector else [])):
         purl = PackageURL(type="pypi", name=wheel.name.lower().replace("_", "-"),
                           version=wheel.version, qualifiers={"file_name": wheel.filename})
         yield Component(

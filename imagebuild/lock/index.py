@@ -168,9 +168,14 @@ def _platforms(platform: str) -> list[str]:
 
 
 class WheelIndex:
-    """A wheel listing at ``location``: an http(s) URL, a file:// URL or a directory path."""
+    """A wheel listing at ``location``: an http(s) URL, a file:// URL or a directory path.
 
-    def __init__(self, location: str | os.PathLike[str], *,
+    ``simple``: ``location`` is a PEP 503 simple index root, whose project ``name`` lists its
+    files at ``<location>/<normalized name>/`` (TheRock's per-family ROCm indexes), instead
+    of one flat listing of every file (repo.radeon.com).
+    """
+
+    def __init__(self, location: str | os.PathLike[str], *, simple: bool = False,
                  session: requests.Session | None = None,
                  timeout: float | tuple[float, float] | None = None,
                  retries: int | None = None,
@@ -193,7 +198,9 @@ class WheelIndex:
         self.location = location
         self.http = http if http is not None else HttpClient.configured(
             session=session, retries=retries, timeout=timeout, backoff=backoff)
+        self.simple = simple
         self._files: list[IndexFile] | None = None
+        self._projects: dict[str, list[IndexFile]] = {}
 
     def __repr__(self) -> str:
         return f"WheelIndex({self.location!r})"
@@ -215,7 +222,28 @@ class WheelIndex:
 
     def files_for(self, name: str) -> list[IndexFile]:
         wanted = canonicalize_name(name)
-        return [f for f in self.files() if f.name == wanted]
+        if not self.simple:
+            return [f for f in self.files() if f.name == wanted]
+        if wanted not in self._projects:
+            self._projects[wanted] = [f for f in self._load_project(wanted) if f.name == wanted]
+        return list(self._projects[wanted])
+
+    def project_url(self, name: str) -> str:
+        """PEP 503: a project's page is the root URL plus its normalized name and "/"."""
+        return self.url.rstrip("/") + "/" + canonicalize_name(name) + "/"
+
+    def _load_project(self, project: str) -> list[IndexFile]:
+        if self._directory is not None:
+            directory = self._directory / project
+            return list_directory(directory) if directory.is_dir() else []
+        try:
+            html, final_url = self.http.get_text(self.project_url(project),
+                                                 what="wheel index", error=WheelIndexError)
+        except WheelIndexError as exc:
+            if "HTTP 404" in str(exc):  # PEP 503: an unknown project has no page
+                return []
+            raise
+        return parse_listing(html, final_url)
 
     def find(self, name: str, version: str, python: str = "3.12",
              platform: str = "linux_x86_64") -> IndexFile:
@@ -249,6 +277,9 @@ class WheelIndex:
                          same_project: list[IndexFile]) -> str:
         major, minor = _python_version(python)
         wanted = f"{canonicalize_name(name)}=={version} (cp{major}{minor}, {platform})"
+        if not same_project and self.simple:
+            return (f"{wanted} is not in {self.url}: {self.project_url(name)} lists no "
+                    "wheels of it (is the GPU family's index the right one?)")
         if not same_project:
             others = sorted({f.name for f in self.files()})
             if not others:

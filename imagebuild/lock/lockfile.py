@@ -56,7 +56,17 @@ def read_lock(path: Path) -> Lock:
 def _parse(path: Path, data: dict[str, Any]) -> Lock:
     tool = data["tool"][TOOL_KEY]
     wheels = []
+    selector = None
     for package in data.get("packages", []):
+        if "sdist" in package and not package.get("wheels"):
+            # Only the ROCm selector is ever locked as an sdist (imagebuild.lock.resolve).
+            if selector is not None:
+                raise ValueError("more than one sdist: only the rocm selector may be one")
+            sdist = package["sdist"]
+            selector = LockedWheel(name=package["name"], version=package["version"],
+                                   url=sdist["url"], sha256=sdist["hashes"]["sha256"],
+                                   size=sdist.get("size"))
+            continue
         entries = package.get("wheels") or []
         if len(entries) != 1:
             raise ValueError(f"package {package['name']!r} must pin exactly one wheel")
@@ -85,6 +95,8 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         libfabric=LockedArchive(archive["url"], archive["sha256"], archive["size"])
         if archive else None,
         source_date_epoch=_epoch(tool.get(EPOCH_KEY)),
+        selector=selector,
+        gpu_family=tool.get("gpu-family"),
     )
 
 
@@ -102,7 +114,7 @@ def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: st
               libfabric: LockedArchive | None = None,
               source_date_epoch: int | None = None) -> str:
     """The whole lock file: header, PEP 751 document (``packages`` as pylock entries, each
-    with one wheel) and the ``[tool.imagebuild]`` pins.
+    with one wheel, or the ROCm selector's sdist) and the ``[tool.imagebuild]`` pins.
 
     ``source_date_epoch`` defaults to now: the moment the pins were chosen (see
     imagebuild.lock.epoch for why that time).
@@ -137,6 +149,8 @@ def tool_table(recipe: Recipe, base_digest: str, hipblaslt: LockedGit | None,
         "base-image": recipe.base_image,
         "base-digest": base_digest,
     }
+    if recipe.gpu_family:
+        table["gpu-family"] = recipe.gpu_family
     if sources:
         table["sources"] = sources
     return table

@@ -55,6 +55,10 @@ class Lock:
     #: When the lock was written (``source-date-epoch``): the SOURCE_DATE_EPOCH of every
     #: build from it (imagebuild.lock.epoch); None in locks written before it was recorded.
     source_date_epoch: int | None = None
+    #: ROCm from wheels: the ``rocm`` selector sdist (installed after the wheels, its
+    #: dependencies fixed by the family) and the GPU family index it was locked for.
+    selector: LockedWheel | None = None
+    gpu_family: str | None = None
 
     @property
     def base_image_pinned(self) -> str:

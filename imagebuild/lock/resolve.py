@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import tarfile
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
@@ -37,7 +38,7 @@ from imagebuild.lock.index import IndexFile, WheelIndex, supported_tags
 from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit
 from imagebuild.lock.requires import PinnedWheel, check_pins_agree
-from imagebuild.recipe.model import Recipe
+from imagebuild.recipe.model import ROCM_SELECTOR, Recipe
 
 if TYPE_CHECKING:
     from imagebuild.lock.cache import CachedFile, DownloadCache
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 #: Ubuntu 24.04 (the ROCm base images) has glibc 2.39; manylinux_2_28 wheels run there, and
 #: repo.radeon.com tags its wheels plain linux_x86_64.
 TARGET_PLATFORM = "x86_64-manylinux_2_28"
+#: TheRock's per-family libraries wheel: rocm-sdk-libraries-<family>.
+LIBRARIES_PREFIX = "rocm-sdk-libraries-"
 WHEEL_PLATFORM = "manylinux_2_28_x86_64"
 
 Progress = Callable[[str], None]
@@ -127,8 +130,9 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
     path = lock_path(recipe)
     previous = _previous_hashes(path)
     cache = DownloadCache(options.cache_dir)
-    index_url = options.index_url or recipe.wheels.index_url
-    index = WheelIndex(index_url)
+    index_url = (options.index_url or recipe.wheels.index_url).replace(
+        "{family}", recipe.gpu_family or "")
+    index = WheelIndex(index_url, simple=recipe.rocm_wheels)
 
     with tempfile.TemporaryDirectory(prefix="imagebuild-lock-") as tmp:
         links = Path(tmp) / "find-links"
@@ -147,10 +151,21 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
                                           cached.path))
         check_pins_agree(recipe, downloaded)
         progress("resolving dependencies with uv")
-        compiled = _uv_compile(recipe, links, Path(tmp), options)
-    packages = _pin_wheels(compiled, pinned, recipe.python)
+        rocm_index = index_url if recipe.rocm_wheels else None
+        compiled = _uv_compile(recipe, links, Path(tmp), options, rocm_index=rocm_index)
+        if recipe.rocm_wheels:
+            build_requires = _selector_build_requires(compiled, cache)
+            if build_requires:  # the image builds the selector without isolation
+                progress(f"resolving the selector's build requirements: "
+                         f"{', '.join(build_requires)}")
+                compiled = _uv_compile(recipe, links, Path(tmp), options,
+                                       rocm_index=rocm_index, extra=build_requires)
+    packages = _pin_wheels(compiled, pinned, recipe.python,
+                           sdist_allowed=(ROCM_SELECTOR,) if recipe.rocm_wheels else ())
+    if recipe.rocm_wheels:
+        check_family(recipe, packages)
     for package in packages:
-        wheel = package["wheels"][0]
+        wheel = package["wheels"][0] if "wheels" in package else package["sdist"]
         if wheel.get("size") is None:  # plain PEP 503 mirrors publish no sizes
             wheel["size"] = cache.fetch(wheel["url"],
                                         expected_sha256=wheel["hashes"]["sha256"]).size
@@ -198,24 +213,42 @@ def _previous_hashes(path: Path) -> dict[str, str]:
 
 
 def _uv_compile(recipe: Recipe, links: Path, tmp: Path, options: LockOptions,
-                runner: CommandRunner = DEFAULT_RUNNER) -> dict[str, Any]:
+                runner: CommandRunner = DEFAULT_RUNNER, *, rocm_index: str | None = None,
+                extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``rocm_index``: ROCm from wheels, the family's PEP 503 index. uv asks an extra index
+    before the main one and takes each project from the first index that has it (its
+    "first-index" strategy), so torch and the rocm-sdk wheels come from the ROCm index and
+    nothing of the same name from PyPI can replace them."""
+    lines = recipe.wheels.as_requirements() + list(extra)
+    if rocm_index:
+        # torch requires rocm[libraries]==<its SDK>; this pins the SDK the recipe names, so a
+        # torch built against another one fails resolution instead of pulling that one.
+        lines.append(f"{ROCM_SELECTOR}[libraries]=={recipe.rocm}")
     requirements = tmp / "requirements.in"
-    requirements.write_text("\n".join(recipe.wheels.as_requirements()) + "\n")
+    requirements.write_text("\n".join(lines) + "\n")
     output = tmp / "pylock.toml"
     command = [
         uv_binary(), "pip", "compile", str(requirements),
         "--find-links", str(links),
         "--python-version", recipe.python,
         "--python-platform", TARGET_PLATFORM,
-        "--only-binary", ":all:",  # an image build never compiles a Python package
+        "--only-binary", ":all:",  # an image build never compiles a Python package ...
         "--generate-hashes", "--format", "pylock.toml", "--no-header",
         "--output-file", str(output), "--quiet",
     ]
+    if rocm_index:
+        # ... but the ROCm selector, an sdist whose build picks the family's libraries
+        # (TheRock docs/packaging/python_packaging.md): pure Python, built here for its
+        # metadata and in the image by its own backend.
+        command += ["--no-binary", ROCM_SELECTOR, "--extra-index-url", rocm_index]
     if options.pypi_url:
         command += ["--index-url", options.pypi_url]
     # Resolution needs no interpreter of the target version (wheels only, metadata from the
     # index), so uv must not try to download one: that stalls for seconds offline.
     env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+    if recipe.gpu_family:
+        # The selector's build reads the family from here before probing for a GPU.
+        env["ROCM_SDK_TARGET_FAMILY"] = recipe.gpu_family
     try:
         result = runner.capture(command, step="uv pip compile", env=env, timeout=1800,
                                 check=False)
@@ -239,9 +272,10 @@ def uv_binary() -> str:
 
 
 def _pin_wheels(compiled: dict[str, Any], pinned: dict[str, dict[str, Any]],
-                python: str) -> list[dict[str, Any]]:
+                python: str, sdist_allowed: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """One wheel per package: the index file for pinned wheels, the best-matching PyPI wheel
-    for the rest. sdists are dropped: the image installs wheels only."""
+    for the rest. sdists are dropped (the image installs wheels only), except the projects
+    of ``sdist_allowed`` that publish nothing else (the ROCm selector)."""
     ranking = {tag: rank for rank, tag in enumerate(supported_tags(python, WHEEL_PLATFORM))}
     packages = []
     for package in compiled.get("packages", []):
@@ -252,6 +286,14 @@ def _pin_wheels(compiled: dict[str, Any], pinned: dict[str, dict[str, Any]],
         if name in pinned:
             wheel = {"url": pinned[name]["url"], "size": pinned[name]["size"],
                      "hashes": {"sha256": pinned[name]["sha256"]}}
+        elif name in sdist_allowed and not package.get("wheels") and "sdist" in package:
+            sdist = package["sdist"]
+            if "sha256" not in sdist.get("hashes", {}):
+                raise LockError(f"{name}: the index published no sha256 for {sdist['url']}")
+            entry["sdist"] = {"url": sdist["url"], "size": sdist.get("size"),
+                              "hashes": {"sha256": sdist["hashes"]["sha256"]}}
+            packages.append(entry)
+            continue
         else:
             wheel = _best_wheel(name, package.get("wheels", []), ranking)
         entry["wheels"] = [wheel]
@@ -279,6 +321,52 @@ def _best_wheel(name: str, wheels: list[dict[str, Any]], ranking: dict[Tag, int]
         raise LockError(f"{name}: the index published no sha256 for {wheel['url']}")
     return {"url": wheel["url"], "size": wheel.get("size"),
             "hashes": {"sha256": wheel["hashes"]["sha256"]}}
+
+
+def check_family(recipe: Recipe, packages: list[dict[str, Any]]) -> None:
+    """The resolved ROCm libraries are the family of the recipe's targets, and only it: a
+    selector that ignored ROCM_SDK_TARGET_FAMILY (or an index of another family) would
+    otherwise give an image without device code for its GPUs."""
+    wanted = canonicalize_name(f"{LIBRARIES_PREFIX}{recipe.gpu_family}")
+    found = sorted(p["name"] for p in packages if p["name"].startswith(LIBRARIES_PREFIX))
+    names = {p["name"] for p in packages}
+    if found != [wanted] or ROCM_SELECTOR not in names:
+        raise LockError(
+            f"{recipe.name}: gpu_targets {', '.join(recipe.gpu_targets)} need {wanted} from "
+            f"the {recipe.gpu_family} index, the resolution gave "
+            f"{', '.join(found) or 'no ROCm libraries'}"
+            + ("" if ROCM_SELECTOR in names else f" and no {ROCM_SELECTOR} selector")
+            + f"\nhint: check wheels.index_url ({recipe.wheels.index_url}) serves that family")
+
+
+def _selector_build_requires(compiled: dict[str, Any], cache: DownloadCache
+                             ) -> tuple[str, ...]:
+    """``[build-system] requires`` of the selector sdist: the image builds it without
+    isolation (no index at install time), so they must be pinned in the lock too."""
+    for package in compiled.get("packages", []):
+        if canonicalize_name(package["name"]) != ROCM_SELECTOR or "sdist" not in package:
+            continue
+        sdist = package["sdist"]
+        cached = cache.fetch(sdist["url"], expected_sha256=sdist["hashes"]["sha256"])
+        return sdist_build_requires(cached.path)
+    return ()
+
+
+def sdist_build_requires(path: Path) -> tuple[str, ...]:
+    """PEP 518: ``build-system.requires`` of the sdist's top pyproject.toml; without one,
+    PEP 517's legacy default (setuptools and wheel)."""
+    with tarfile.open(path) as archive:
+        members = [m for m in archive.getmembers()
+                   if m.isfile() and m.name.count("/") == 1
+                   and m.name.endswith("/pyproject.toml")]
+        if not members:
+            return ("setuptools>=40.8.0", "wheel")
+        handle = archive.extractfile(members[0])
+        data = tomllib.loads(handle.read().decode()) if handle else {}
+    system = data.get("build-system")
+    if system is None:
+        return ("setuptools>=40.8.0", "wheel")
+    return tuple(system.get("requires", ()))
 
 
 def resolve_git(repository: str, ref: str, mirrors: Mapping[str, str],

@@ -31,7 +31,8 @@ LABEL_KEY = (r"^(?!imagebuild\.)(?!org\.opencontainers\.image\.base\.)"
 GIT_REF = r"^(?!.*\.\.)(?!.*/\.)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]*[A-Za-z0-9]$"
 REPOSITORY_URL = r"^(https?|ssh|git|file)://[A-Za-z0-9._~:/?#@!&+,;=%-]+$"
 ARCHIVE_URL = r"^(https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+$"
-INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%-]+|/[A-Za-z0-9._/+-]*)$"
+# "{family}" is replaced by the GPU family of the targets (ROCm from wheels: one index each).
+INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+|/[A-Za-z0-9._/+{}-]*)$"
 # Relative, inside the repository: no ".." component can climb out of the checkout.
 SUBDIR = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
 # An absolute directory inside the image (no "..", no spaces, no shell metacharacters).

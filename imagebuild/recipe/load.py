@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ import yaml
 
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
 from imagebuild.recipe import grammar, spec
+from imagebuild.recipe.gpu_family import FamilyError, family_of
 from imagebuild.recipe.model import (
     RADEON_INDEX,
+    ROCM_WHEELS_INDEX,
     GitSource,
     HipBlasLt,
     Libfabric,
@@ -35,6 +38,7 @@ RECIPE_SUFFIX = ".yaml"
 DEFAULTS: dict[str, Any] = {
     "description": "",
     "os_packages": [],
+    "rocm_from": "base_image",
     "rocm_prefix": "/opt/rocm",
     "build_packages": [],
     "sites": [],
@@ -351,15 +355,23 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         problem(("wheels", "packages"), "must pin torch (the image exists to run it)")
 
     rocm = data["rocm"]
+    hip = data["hipblaslt"]
+    plugin = data["network_plugin"]
+    rocm_wheels = data["rocm_from"] == "wheels"
+    family = None
+    if rocm_wheels:
+        family = _wheels_family(data, problem)
     index_url = data["wheels"].get("index_url")
     if index_url is None:
         if rocm is None:
             problem(("wheels", "index_url"),
                     "required for a CPU-only recipe (there is no ROCm release to derive it from)")
-        index_url = RADEON_INDEX.format(rocm=rocm)
+        index_url = ROCM_WHEELS_INDEX if rocm_wheels else RADEON_INDEX.format(rocm=rocm)
+    if "{family}" in index_url:
+        if not rocm_wheels:
+            problem(("wheels", "index_url"), "{family} is only known when rocm_from is wheels")
+        index_url = index_url.replace("{family}", family or "")
 
-    hip = data["hipblaslt"]
-    plugin = data["network_plugin"]
     for section, what in (("hipblaslt", hip), ("network_plugin", plugin)):
         if not what.get("enabled"):
             continue
@@ -427,7 +439,37 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         labels=tuple(sorted(data["labels"].items())),
         dockerfile_syntax=data["dockerfile"]["syntax"],
         sources=sources,
+        rocm_from=data["rocm_from"],
+        gpu_family=family,
     )
+
+
+def _wheels_family(data: dict[str, Any], problem: Callable[[Path_, str], None]) -> str | None:
+    """Checks of a recipe whose ROCm comes from wheels; returns its GPU family index."""
+    if data["rocm"] is None:
+        problem(("rocm_from",), "wheels needs rocm: the ROCm SDK version the wheels pin")
+    if data["hipblaslt"].get("enabled"):
+        # The libraries wheel ships the libhipblaslt that torch preloads through
+        # rocm_sdk.initialize_process (TheRock docs/packaging/python_packaging.md): a source
+        # build would be a second copy nothing loads, unless it replaced a file inside a
+        # wheel's directory, which `rocm-sdk test` and the wheel's RECORD would disown.
+        problem(("hipblaslt", "enabled"),
+                "must be false with rocm_from: wheels: torch loads the libhipblaslt of the "
+                "rocm-sdk-libraries wheel, so a source build would go unused (`imagebuild "
+                "tune gemm` then tunes with TunableOp alone)")
+    if data["network_plugin"].get("enabled"):
+        problem(("network_plugin", "enabled"),
+                "must be false with rocm_from: wheels: the plugin stage compiles against "
+                "ROCm in the base image (rocm_prefix), not yet against the SDK's devel "
+                "wheel; use a 7.x recipe for multi-node Slingshot images")
+    if "rocm" in data["wheels"]["packages"]:
+        problem(("wheels", "packages", "rocm"),
+                "leave the selector out: the lock adds rocm[libraries]==<rocm> itself")
+    try:
+        return family_of(data["gpu_targets"])
+    except FamilyError as exc:
+        problem(("gpu_targets",), f"rocm_from: wheels: {exc}")
+        return None
 
 
 def load_all(project: Path | None = None) -> tuple[list[Recipe], list[RecipeError]]:

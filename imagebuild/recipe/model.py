@@ -13,10 +13,18 @@ from typing import Any, Literal
 from imagebuild.files import canonical_digest
 
 PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]
+#: Where ROCm comes from: the base image (AMD's rocm/dev-* images), or Python wheels on a
+#: per-GPU-family PEP 503 index (TheRock: rocm-sdk-core, rocm-sdk-libraries-<family>).
+RocmFrom = Literal["base_image", "wheels"]
 
 #: Where repo.radeon.com keeps the wheels of one ROCm release (flat
 #: HTML listings, one directory per patch release).
 RADEON_INDEX = "https://repo.radeon.com/rocm/manylinux/rocm-rel-{rocm}/"
+#: TheRock's release indexes, one PEP 503 simple index per GPU family (REFERENCE.md;
+#: https://github.com/ROCm/TheRock/blob/main/RELEASES.md).
+ROCM_WHEELS_INDEX = "https://repo.amd.com/rocm/whl/{family}/"
+#: The selector sdist that pulls the ROCm wheels (torch requires rocm[libraries]==<ROCm>).
+ROCM_SELECTOR = "rocm"
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,13 @@ class Recipe:
     dockerfile_syntax: str | None
     #: Files this recipe was merged from, child first (for provenance headers and ci/).
     sources: tuple[Path, ...] = field(default=())
+    rocm_from: RocmFrom = "base_image"
+    #: The family index of gpu_targets (e.g. gfx94X-dcgpu) when ROCm comes from wheels.
+    gpu_family: str | None = None
+
+    @property
+    def rocm_wheels(self) -> bool:
+        return self.rocm_from == "wheels"
 
     @property
     def cpu_only(self) -> bool:
@@ -131,6 +146,9 @@ class Recipe:
                  "libfabric": data["network_plugin"]["libfabric"]}
                 if self.network_plugin.enabled else None
             ),
+            # Only when set: locks of recipes with ROCm in the base image stay valid.
+            **({"rocm_from": "wheels", "gpu_family": self.gpu_family}
+               if self.rocm_wheels else {}),
         }
 
     def lock_input_hash(self) -> str:

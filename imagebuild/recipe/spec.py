@@ -104,6 +104,9 @@ RECIPE = Obj(
         "description": TEXT,
         "rocm": Str("a ROCm release like 7.0.2, or null for a CPU-only image",
                     grammar.ROCM_VERSION, nullable=True),
+        "rocm_from": Str("base_image (ROCm installed in the base image, AMD's rocm/dev-* "
+                         "images) or wheels (ROCm as Python wheels from the GPU family's "
+                         "index: TheRock, ROCm 10+)", enum=("base_image", "wheels")),
         "base_image": Str("an image reference like rocm/dev-ubuntu-24.04:7.0.2-complete",
                           grammar.IMAGE_REFERENCE),
         "os_packages": Seq(Str("a Debian/Ubuntu package name, optionally =version",
@@ -120,7 +123,8 @@ RECIPE = Obj(
         "wheels": Obj(
             required=("packages",),
             fields={
-                "index_url": Str("an http(s):// or file:// URL, or an absolute directory",
+                "index_url": Str("an http(s):// or file:// URL, or an absolute directory "
+                                 "({family} is replaced by the GPU family of gpu_targets)",
                                  grammar.INDEX_URL),
                 "packages": Table(
                     key=Str("a normalized project name like torch or pytorch-triton-rocm",

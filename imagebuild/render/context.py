@@ -21,6 +21,7 @@ from imagebuild.render.layout import (
     CHECKS_SOURCE,
     HIPBLASLT_PREFIX,
     LIBFABRIC_PREFIX,
+    SELECTOR_FILE,
     SHIM_COMMAND,
     UV_VERSION,
     UV_WHEELS,
@@ -67,6 +68,8 @@ def build_context(plan: BuildPlan, dest_dir: Path,
         "fetch-uv.py": (TEMPLATES / "fetch-uv.py").read_text(),
         "bin/imagebuild": _shim(),
     }
+    if lock.selector is not None:
+        files[SELECTOR_FILE] = selector_requirement(lock)
     if plan.plugin is not None:
         files["network-plugin-check.py"] = (TEMPLATES / "network-plugin-check.py").read_text()
     if plan.hipblaslt is not None:
@@ -102,6 +105,13 @@ def _prepare_directory(directory: Path) -> None:
             else:
                 entry.unlink()
     directory.mkdir(parents=True, exist_ok=True)
+
+
+def selector_requirement(lock: Lock) -> str:
+    """``rocm @ <url> --hash=sha256:<hex>``: the sdist's exact bytes, nothing resolved."""
+    assert lock.selector is not None
+    return (f"{lock.selector.name} @ {lock.selector.url} "
+            f"--hash=sha256:{lock.selector.sha256}\n")
 
 
 def python_lock(lock: Lock) -> str:
@@ -160,7 +170,13 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
                                     for arch, url, sha in UV_WHEELS}}},
         "hipblaslt": {"enabled": hip.enabled},
         "network_plugin": {"enabled": plugin.enabled},
+        "rocm_from": recipe.rocm_from,
     }
+    if lock.selector is not None:
+        data["rocm_wheels"] = {
+            "gpu_family": recipe.gpu_family, "index": recipe.wheels.index_url,
+            "selector": {"name": lock.selector.name, "version": lock.selector.version,
+                         "url": lock.selector.url, "sha256": lock.selector.sha256}}
     if hip.enabled and lock.hipblaslt:
         data["hipblaslt"].update({
             "repository": lock.hipblaslt.repository, "ref": lock.hipblaslt.ref,

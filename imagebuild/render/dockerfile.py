@@ -34,6 +34,7 @@ from imagebuild.recipe.model import Recipe
 from imagebuild.render.layout import (
     IMAGE_CHECKS_DIR,
     IMAGE_MANIFEST,
+    SELECTOR_FILE,
     SHIM_PATH,
     UV_VERSION,
     UV_WHEELS,
@@ -152,6 +153,9 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "plugin": plan.plugin,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
+        "rocm_wheels": {"family": recipe.gpu_family,
+                        "selector": SELECTOR_FILE if lock and lock.selector else None}
+        if recipe.rocm_wheels else None,
         "venv": VENV,
         "uv_version": UV_VERSION,
         "uv_lines": uv_lines,

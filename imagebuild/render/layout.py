@@ -58,3 +58,6 @@ VENV = "/opt/venv"
 HIPBLASLT_PREFIX = "/opt/hipblaslt"
 LIBFABRIC_PREFIX = "/opt/libfabric"
 SITE_CA = "/run/secrets/site-ca"
+
+#: The ROCm selector sdist as a hashed requirement, for the python stage (ROCm from wheels).
+SELECTOR_FILE = "selector.txt"

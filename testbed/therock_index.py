@@ -1,0 +1,305 @@
+"""A local PEP 503 index shaped like AMD's TheRock ROCm wheel indexes, for tests.
+
+TheRock publishes ROCm itself as Python packages, one complete index per GPU family
+(https://github.com/ROCm/TheRock/blob/main/RELEASES.md; docs/packaging/python_packaging.md):
+
+- ``rocm``: a pure-Python *sdist*, the "selector": its build decides its dependencies,
+  ``rocm-sdk-core==V`` always and, for the extra ``libraries``,
+  ``rocm-sdk-libraries-<family>==V``, the family taken from ``ROCM_SDK_TARGET_FAMILY`` or
+  the default of the index it came from. It provides the ``rocm_sdk`` module
+  (``initialize_process``, ``find_libraries``) and the ``rocm-sdk`` tool;
+- ``rocm-sdk-core``: the HIP runtime and tools, in site-packages/_rocm_sdk_core/;
+- ``rocm-sdk-libraries-<family>``: math libraries and RCCL with device code for the family,
+  in site-packages/_rocm_sdk_libraries_<family>/, linked to the core by relative RPATHs;
+- ``torch``: requires ``rocm[libraries]==V`` and preloads the SDK's libraries through
+  ``rocm_sdk.initialize_process`` when imported.
+
+Here every file is real of its kind: the sdist builds with its own PEP 517 backend (stdlib
+only, so no setuptools is needed to build it), the wheels carry METADATA, WHEEL and RECORD,
+and the shared objects are compiled by gcc (stand-ins exporting one function each, with the
+real sonames and RUNPATHs). ``IndexServer(root, publish_hashes=True)`` serves ``root`` as
+``/<family>/<project>/`` pages with ``#sha256=`` links, as a PEP 503 index does.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import subprocess
+import tarfile
+import tempfile
+import textwrap
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from testbed.wheel_index import _FIXED_TIME, _record_hash, wheel_filename
+
+#: family index -> the targets it serves (RELEASES.md, "Index page listing").
+FAMILIES: dict[str, tuple[str, ...]] = {"gfx94X-dcgpu": ("gfx942",),
+                                        "gfx950-dcgpu": ("gfx950",)}
+PRELOADED = ("amdhip64", "rccl", "hipblaslt")
+
+HIP_C = "int hipRuntimeGetVersion(int *version) { *version = 100000; return 0; }\n"
+USER_C = ("extern int hipRuntimeGetVersion(int *);\n"
+          "int {function}(int *version) {{ return hipRuntimeGetVersion(version); }}\n")
+
+
+@dataclass(frozen=True)
+class RocmSdkIndex:
+    """``root/<family>/<project>/<file>``: one PEP 503 simple index per family."""
+
+    root: Path
+    version: str
+    torch_version: str
+    families: tuple[str, ...]
+
+    def index_dir(self, family: str) -> Path:
+        return self.root / family
+
+
+def make_rocm_sdk_index(root: Path | str, *, version: str = "10.0.0",
+                        torch_version: str = "2.9.1+rocm10.0.0",
+                        families: tuple[str, ...] = tuple(FAMILIES),
+                        python_tag: str = "cp311") -> RocmSdkIndex:
+    root = Path(root)
+    with tempfile.TemporaryDirectory(prefix="therock-libs-") as tmp:
+        libs = _compile(Path(tmp))
+        for family in families:
+            index = root / family
+            package = f"_rocm_sdk_libraries_{family.replace('-', '_')}"
+            _sdist(index / "rocm", version, family)
+            _wheel(index / "rocm-sdk-core", "rocm-sdk-core", version, "py3", {
+                "_rocm_sdk_core/__init__.py": b"",
+                "_rocm_sdk_core/lib/libamdhip64.so.7": libs["libamdhip64.so.7"]})
+            _wheel(index / canonicalize_name(f"rocm-sdk-libraries-{family}"),
+                   f"rocm-sdk-libraries-{family}", version, "py3", {
+                       f"{package}/__init__.py": b"",
+                       f"{package}/lib/librccl.so.1": libs["librccl.so.1"],
+                       f"{package}/lib/libhipblaslt.so.1": libs["libhipblaslt.so.1"]})
+            _wheel(index / "torch", "torch", torch_version, python_tag, {
+                "torch/__init__.py": _torch_init(torch_version, version).encode()},
+                requires=[f"rocm[libraries]=={version}"])
+    return RocmSdkIndex(root, version, torch_version, tuple(families))
+
+
+def _compile(directory: Path) -> dict[str, bytes]:
+    """The stand-in shared objects: libamdhip64, and RCCL and hipBLASLt linking it."""
+    def gcc(source: str, soname: str, *extra: str) -> None:
+        (directory / f"{soname}.c").write_text(source)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-Wl,-soname,{soname}",
+                        "-o", str(directory / soname), str(directory / f"{soname}.c"), *extra],
+                       check=True)
+
+    gcc(HIP_C, "libamdhip64.so.7")
+    # TheRock links across package directories with relative RPATHs; RUNPATH here.
+    for soname, function in (("librccl.so.1", "ncclGetVersion"),
+                             ("libhipblaslt.so.1", "hipblasLtGetVersion")):
+        gcc(USER_C.format(function=function), soname, f"-L{directory}", "-l:libamdhip64.so.7",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../../_rocm_sdk_core/lib")
+    return {name: (directory / name).read_bytes()
+            for name in ("libamdhip64.so.7", "librccl.so.1", "libhipblaslt.so.1")}
+
+
+def _torch_init(torch_version: str, version: str) -> str:
+    return textwrap.dedent(f"""\
+        __version__ = "{torch_version}"
+        import rocm_sdk as _rocm_sdk
+
+        _rocm_sdk.initialize_process(preload_shortnames={list(PRELOADED)!r},
+                                     check_version="{version}")
+        """)
+
+
+def _wheel(directory: Path, name: str, version: str, python_tag: str,
+           files: dict[str, bytes], requires: list[str] | None = None) -> Path:
+    """A wheel holding exactly ``files`` (libraries executable), with METADATA and RECORD."""
+    directory.mkdir(parents=True, exist_ok=True)
+    filename = wheel_filename(name, version, python_tag)
+    dist, norm_version, *_ = filename[:-4].split("-")
+    tag = filename[:-4].split("-", 2)[2]
+    distinfo = f"{dist}-{norm_version}.dist-info"
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {norm_version}",
+                *(f"Requires-Dist: {line}" for line in requires or [])]
+    wheel = ["Wheel-Version: 1.0", "Generator: testbed", "Root-Is-Purelib: false",
+             f"Tag: {tag}"]
+    members = dict(files)
+    members[f"{distinfo}/METADATA"] = ("\n".join(metadata) + "\n").encode()
+    members[f"{distinfo}/WHEEL"] = ("\n".join(wheel) + "\n").encode()
+    record = [f"{path},sha256={_record_hash(data)},{len(data)}" for path, data in members.items()]
+    members[f"{distinfo}/RECORD"] = ("\n".join([*record, f"{distinfo}/RECORD,,"]) + "\n").encode()
+    target = directory / filename
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in members.items():
+            info = zipfile.ZipInfo(path, date_time=_FIXED_TIME)
+            executable = ".so" in path.rsplit("/", 1)[-1]
+            info.external_attr = (0o755 if executable else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return target
+
+
+def _sdist(directory: Path, version: str, default_family: str) -> Path:
+    """``rocm-<V>.tar.gz``: Metadata-Version 2.1 PKG-INFO (no PEP 643 static dependencies, so
+    a resolver must build it to learn them) and an in-tree backend that computes them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    top = f"rocm-{version}"
+    files = {
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: rocm\nVersion: {version}\n",
+        "pyproject.toml": textwrap.dedent("""\
+            [build-system]
+            requires = []
+            build-backend = "selector_backend"
+            backend-path = ["_backend"]
+            """),
+        "_backend/selector_backend.py": _BACKEND.format(
+            version=version, family=default_family, families=FAMILIES),
+        "rocm_sdk/__init__.py": _ROCM_SDK.format(version=version),
+        "rocm_sdk/__main__.py": _ROCM_SDK_MAIN.format(families=FAMILIES),
+    }
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in [top, *(f"{top}/{d}" for d in ("_backend", "rocm_sdk"))]:
+            info = tarfile.TarInfo(path)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            archive.addfile(info)
+        for name, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    target = directory / f"{top}.tar.gz"
+    with open(target, "wb") as handle, gzip.GzipFile(fileobj=handle, mode="wb", mtime=0,
+                                                     filename="") as packed:
+        packed.write(raw.getvalue())
+    return target
+
+
+_BACKEND = '''\
+"""PEP 517 backend of the rocm selector: its dependencies depend on the GPU family."""
+import base64, hashlib, os, pathlib, zipfile
+
+VERSION = "{version}"
+DEFAULT_FAMILY = "{family}"
+DIST_INFO = f"rocm-{{VERSION}}.dist-info"
+
+
+def _metadata():
+    family = os.environ.get("ROCM_SDK_TARGET_FAMILY") or DEFAULT_FAMILY
+    return "\\n".join([
+        "Metadata-Version: 2.1", "Name: rocm", f"Version: {{VERSION}}",
+        f"Requires-Dist: rocm-sdk-core=={{VERSION}}",
+        "Provides-Extra: libraries",
+        f'Requires-Dist: rocm-sdk-libraries-{{family}}=={{VERSION}}; extra == "libraries"',
+        "Provides-Extra: devel",
+        f'Requires-Dist: rocm-sdk-devel=={{VERSION}}; extra == "devel"']) + "\\n"
+
+
+def _dist_info():
+    return {{f"{{DIST_INFO}}/METADATA": _metadata().encode(),
+            f"{{DIST_INFO}}/entry_points.txt":
+                b"[console_scripts]\\nrocm-sdk = rocm_sdk.__main__:main\\n",
+            f"{{DIST_INFO}}/WHEEL":
+                b"Wheel-Version: 1.0\\nGenerator: selector_backend\\nRoot-Is-Purelib: true\\n"
+                b"Tag: py3-none-any\\n"}}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def get_requires_for_build_sdist(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    for name, data in _dist_info().items():
+        path = pathlib.Path(metadata_directory, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return DIST_INFO
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    members = {{f"rocm_sdk/{{p.name}}": p.read_bytes()
+               for p in sorted(pathlib.Path("rocm_sdk").glob("*.py"))}}
+    members.update(_dist_info())
+    record = []
+    for name, data in members.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        record.append(f"{{name}},sha256={{digest.decode()}},{{len(data)}}")
+    record.append(f"{{DIST_INFO}}/RECORD,,")
+    members[f"{{DIST_INFO}}/RECORD"] = ("\\n".join(record) + "\\n").encode()
+    filename = f"rocm-{{VERSION}}-py3-none-any.whl"
+    with zipfile.ZipFile(pathlib.Path(wheel_directory, filename), "w") as archive:
+        for name, data in members.items():
+            archive.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data)
+    return filename
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    raise NotImplementedError("this sdist is the distribution")
+'''
+
+_ROCM_SDK = '''\
+"""The rocm_sdk module of the selector: finds and preloads the SDK wheels' libraries."""
+import ctypes
+import pathlib
+
+__version__ = "{version}"
+_SITE = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _library_dirs():
+    return [_SITE / "_rocm_sdk_core" / "lib", *sorted(_SITE.glob("_rocm_sdk_libraries_*/lib"))]
+
+
+def find_libraries(*shortnames):
+    found = []
+    for short in shortnames:
+        matches = [p for d in _library_dirs() for p in sorted(d.glob(f"lib{{short}}.so*"))]
+        if not matches:
+            raise ModuleNotFoundError(f"rocm_sdk: no library {{short!r}} in the SDK wheels")
+        found.append(matches[0])
+    return found
+
+
+def initialize_process(preload_shortnames=(), check_version=None):
+    if check_version is not None and check_version != __version__:
+        raise RuntimeError(f"rocm_sdk {{__version__}}, expected {{check_version}}")
+    for path in find_libraries(*preload_shortnames):
+        ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+'''
+
+_ROCM_SDK_MAIN = '''\
+"""rocm-sdk version | targets | path --root"""
+import argparse, os
+
+import rocm_sdk
+
+FAMILIES = {families!r}
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="rocm-sdk")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version")
+    sub.add_parser("targets")
+    path = sub.add_parser("path")
+    path.add_argument("--root", action="store_true", required=True)
+    args = parser.parse_args()
+    if args.command == "version":
+        print(rocm_sdk.__version__)
+    elif args.command == "targets":
+        libraries = sorted(rocm_sdk._SITE.glob("_rocm_sdk_libraries_*"))
+        family = libraries[0].name.removeprefix("_rocm_sdk_libraries_").replace("_", "-")
+        print(";".join(FAMILIES.get(family, ())))
+    else:
+        print(rocm_sdk._SITE / "_rocm_sdk_core")
+
+
+if __name__ == "__main__":
+    main()
+'''
