@@ -240,7 +240,10 @@ def _uv_compile(recipe: Recipe, links: Path, tmp: Path, options: LockOptions,
         # ... but the ROCm selector, an sdist whose build picks the family's libraries
         # (TheRock docs/packaging/python_packaging.md): pure Python, built here for its
         # metadata and in the image by its own backend.
-        command += ["--no-binary", ROCM_SELECTOR, "--extra-index-url", rocm_index]
+        # uv caches an sdist's built metadata by URL, blind to ROCM_SDK_TARGET_FAMILY: a
+        # cache filled for one family would answer for another, so it is rebuilt each time.
+        command += ["--no-binary", ROCM_SELECTOR, "--refresh-package", ROCM_SELECTOR,
+                    "--extra-index-url", rocm_index]
     if options.pypi_url:
         command += ["--index-url", options.pypi_url]
     # Resolution needs no interpreter of the target version (wheels only, metadata from the

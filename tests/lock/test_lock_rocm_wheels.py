@@ -144,3 +144,24 @@ def test_build_requirements_default_to_pep_517s_legacy_backend(tmp_path: Path) -
     assert sdist_build_requires(sdist("modern-1", '[build-system]\nrequires = '
                                       '["setuptools>=61", "wheel"]\n')) == ("setuptools>=61",
                                                                           "wheel")
+
+
+def test_a_warm_uv_cache_does_not_answer_for_another_family(
+        tmp_path: Path, sdk: RocmSdkIndex, served: IndexServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv caches the selector's built metadata by URL, blind to ROCM_SDK_TARGET_FAMILY: the
+    lock rebuilds it, so gfx942 asked of gfx950's index fails even after a gfx950 lock."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    first = tmp_path / "first"
+    first.mkdir()
+    lock(first, write_recipe(first, sdk, served, "gfx950"))
+    second = tmp_path / "second"
+    second.mkdir()
+    path = write_recipe(second, sdk, served, "gfx942")
+    path.write_text(path.read_text().replace("{family}/", "gfx950-dcgpu/"))
+    with pytest.raises(LockError) as caught:
+        lock(second, path)
+    # uv itself asked for gfx94X's libraries (the selector was rebuilt for the family), not
+    # the family check after a resolution made with gfx950's cached metadata.
+    assert "could not resolve" in str(caught.value)
+    assert "rocm-sdk-libraries-gfx94x-dcgpu" in str(caught.value)
