@@ -122,6 +122,22 @@ def parse_compression(algorithm: str | None, level: int | None) -> Compression:
 
 # --- the squashfs tool ------------------------------------------------------------------------
 
+#: tar2sqfs blocks in flight per compressor job (see SquashTool.argv).
+QUEUE_BLOCKS_PER_JOB = 100
+#: The tool's stdin pipe: 1 MiB (the default /proc/sys/fs/pipe-max-size) instead of 64 KiB,
+#: fewer context switches between the filter and the tool.
+_PIPE_SIZE = 1 << 20
+
+
+def _widen_pipe(pipe: IO[bytes]) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass  # not Linux, or a lower pipe-max-size: the default pipe works, a bit slower
+
+
 @dataclass(frozen=True)
 class SquashTool:
     name: str  # "tar2sqfs" | "mksquashfs"
@@ -129,7 +145,12 @@ class SquashTool:
 
     def argv(self, output: Path, compression: Compression, epoch: int, jobs: int) -> list[str]:
         if self.name == "tar2sqfs":
+            # A deeper block queue than tar2sqfs's default (10 per job): the export and
+            # the compressors share the cores and arrive in bursts; 100 blocks of 128 KiB
+            # per job let one run ahead while the other catches up (benchmarks/
+            # squash_bench.py: about 1 s of 7 on the 857 MiB image, 2 cores). Same bytes.
             return [self.path, "--quiet", "--num-jobs", str(jobs),
+                    "--queue-backlog", str(QUEUE_BLOCKS_PER_JOB * jobs),
                     *compression.tar2sqfs_args(),
                     # Root inode and implicit directories: root-owned 0755 at the clamp time.
                     "--defaults", f"uid=0,gid=0,mode=0755,mtime={epoch}",
@@ -268,6 +289,7 @@ def run_squash_tool(
         except (EngineError, OSError) as exc:
             raise _cannot_start(argv, exc) from exc
         assert proc.stdin is not None
+        _widen_pipe(proc.stdin)
         drainer = threading.Thread(target=_drain, args=(proc.stderr, tail), daemon=True)
         drainer.start()
         stdin = _CountingPipe(proc.stdin)
