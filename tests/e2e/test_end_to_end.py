@@ -18,29 +18,20 @@ import requests
 
 from imagebuild.cli import main
 from imagebuild.engine.tags import BUILD_HASH_LABEL, latest_tag
+from tests.support.engine_env import imagebuild_env
 from tests.support.squashfs import cat, read_squashfs, sif_objects
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 RECIPE = "cpu-e2e"
 IMAGE = latest_tag(RECIPE)
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @pytest.fixture(scope="module")
 def env(project: Path, wheel_index, tmp_path_factory, docker_engine) -> dict:
-    import os
-
-    saved = dict(os.environ)
-    os.environ["IMAGEBUILD_PROJECT"] = str(project)
-    os.environ["IMAGEBUILD_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    os.environ["IMAGEBUILD_BACKEND"] = "docker"
-    if SITE_CA.is_file():
-        os.environ["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    yield {"project": project, "index": wheel_index.url_for("cpu/"),
-           "artifacts": project / "artifacts", "engine": docker_engine}
-    os.environ.clear()
-    os.environ.update(saved)
+    with imagebuild_env(project, tmp_path_factory.mktemp("cache")):
+        yield {"project": project, "index": wheel_index.url_for("cpu/"),
+               "artifacts": project / "artifacts", "engine": docker_engine}
 
 
 def timed(label: str, argv: list[str], capsys) -> tuple[int, str, str]:

@@ -10,7 +10,6 @@ suite (its image and artifacts are then reused, and the size table read from the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -21,33 +20,24 @@ from imagebuild.convert.sbom import IMAGE_SBOM, validation_errors
 from imagebuild.convert.sizes import leftovers
 from imagebuild.engine.tags import latest_tag
 from imagebuild.lock.lockfile import read_lock
+from tests.support.engine_env import imagebuild_env
 from tests.support.squashfs import cat, read_squashfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 RECIPE = "cpu-e2e"
 IMAGE = latest_tag(RECIPE)
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILD = ["build", RECIPE, "--squash", "sqsh,sif", "--site", "cscs-beverin"]
 
 
 @pytest.fixture(scope="module")
 def built(project: Path, wheel_index, tmp_path_factory, docker_engine) -> dict:
-    saved = dict(os.environ)
-    os.environ["IMAGEBUILD_PROJECT"] = str(project)
-    os.environ["IMAGEBUILD_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    os.environ["IMAGEBUILD_BACKEND"] = "docker"
-    if SITE_CA.is_file():
-        os.environ["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    try:
+    with imagebuild_env(project, tmp_path_factory.mktemp("cache")):
         lock = project / "recipes" / f"pylock.{RECIPE}.toml"
         if not lock.is_file():
             assert main(["lock", RECIPE, "--index-url", wheel_index.url_for("cpu/")]) == 0
         yield {"project": project, "artifacts": project / "artifacts",
                "engine": docker_engine, "lock": read_lock(lock)}
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,10 @@ from imagebuild.convert.tarfilter import HOST_FILES
 from imagebuild.engine.podman import inherited_ulimits
 from imagebuild.engine.tags import latest_tag
 from testbed.cpu_recipe import TORCH_VERSION
-from tests.support.engine_env import podman_engine  # noqa: F401  (pytest fixture)
+from tests.support.engine_env import (
+    imagebuild_env,
+    podman_engine,  # noqa: F401  (pytest fixture)
+)
 from tests.support.enroot import (
     TEST_USER,
     Container,
@@ -49,7 +52,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 RECIPE = "cpu-e2e"
 SITE = "cscs-beverin"
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 REPO = Path(__file__).resolve().parents[2]
 
 #: Variables a runtime sets itself: `env` under enroot and under the engine may differ in
@@ -103,19 +105,10 @@ def project_env(project: Path, wheel_index, tmp_path_factory: pytest.TempPathFac
                 docker_engine) -> Iterator[Path]:  # type: ignore[no-untyped-def]
     """The end-to-end project, locked (test_end_to_end.py's first phase, when it has not
     run in this session)."""
-    saved = dict(os.environ)
-    os.environ["IMAGEBUILD_PROJECT"] = str(project)
-    os.environ["IMAGEBUILD_CACHE"] = str(tmp_path_factory.mktemp("enroot-cache"))
-    os.environ["IMAGEBUILD_BACKEND"] = "docker"
-    if SITE_CA.is_file():
-        os.environ["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    try:
+    with imagebuild_env(project, tmp_path_factory.mktemp("enroot-cache")):
         if not (project / "recipes" / f"pylock.{RECIPE}.toml").is_file():
             assert main(["lock", RECIPE, "--index-url", wheel_index.url_for("cpu/")]) == 0
         yield project
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module", params=["docker", "podman"])

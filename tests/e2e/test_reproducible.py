@@ -8,9 +8,7 @@ squashes both images and compares the .sqsh (member by member when they differ) 
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,11 +18,11 @@ from imagebuild.files import sha256_file
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.recipe.model import short_hash
 from testbed.cpu_recipe import RECIPE, torch_wheel
+from tests.support.engine_env import imagebuild_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 NAME = "cpu-repro"
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +32,9 @@ def env(tmp_path_factory: pytest.TempPathFactory, registry_base_image: str, whee
     (root / "recipes").mkdir()
     (root / "recipes" / f"{NAME}.yaml").write_text(RECIPE.format(
         base_image=registry_base_image, torch=torch_wheel().name.split("-")[1]))
-    saved = dict(os.environ)
-    os.environ.update(IMAGEBUILD_PROJECT=str(root), IMAGEBUILD_BACKEND="docker",
-                      IMAGEBUILD_CACHE=str(tmp_path_factory.mktemp("cache")))
-    os.environ.pop("SOURCE_DATE_EPOCH", None)
-    if SITE_CA.is_file():
-        os.environ["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    assert main(["lock", NAME, "--index-url", wheel_index.url_for("cpu/")]) == 0
-    yield {"project": root, "engine": docker_engine}
-    os.environ.clear()
-    os.environ.update(saved)
+    with imagebuild_env(root, tmp_path_factory.mktemp("cache"), unset=("SOURCE_DATE_EPOCH",)):
+        assert main(["lock", NAME, "--index-url", wheel_index.url_for("cpu/")]) == 0
+        yield {"project": root, "engine": docker_engine}
 
 
 def test_two_clean_builds_give_the_same_squashfs_and_sif(env: dict, capsys) -> None:

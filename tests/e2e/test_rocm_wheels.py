@@ -9,10 +9,8 @@ What only a cluster shows: the real SDK wheels' layout and device code, and a GP
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,13 +19,13 @@ from imagebuild.engine.tags import latest_tag
 from imagebuild.lock.lockfile import read_lock
 from imagebuild.render.layout import VENV
 from testbed.therock_index import RocmSdkIndex, make_rocm_sdk_index
+from tests.support.engine_env import imagebuild_env
 from tests.support.indexserver import IndexServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 NAME = "therock-e2e"
 IMAGE = latest_tag(NAME)
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 FAMILY = "gfx94X-dcgpu"
 RECIPE = """\
 version: 1
@@ -53,24 +51,15 @@ def built(tmp_path_factory: pytest.TempPathFactory, registry_base_image: str,
                                             python_tag="cp311")
     project = tmp_path_factory.mktemp("project")
     (project / "recipes").mkdir()
-    saved = dict(os.environ)
-    with IndexServer(sdk.root, publish_hashes=True) as server:
+    with IndexServer(sdk.root, publish_hashes=True) as server, \
+            imagebuild_env(project, tmp_path_factory.mktemp("cache")):
         (project / "recipes" / f"{NAME}.yaml").write_text(RECIPE.format(
             version=sdk.version, base_image=registry_base_image, index=server.url,
             torch=sdk.torch_version))
-        os.environ["IMAGEBUILD_PROJECT"] = str(project)
-        os.environ["IMAGEBUILD_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-        os.environ["IMAGEBUILD_BACKEND"] = "docker"
-        if SITE_CA.is_file():
-            os.environ["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-        try:
-            assert main(["lock", NAME]) == 0
-            assert main(["build", NAME, "--squash", "sqsh"]) == 0
-            yield {"sdk": sdk, "lock": read_lock(project / "recipes" / f"pylock.{NAME}.toml"),
-                   "project": project}
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        assert main(["lock", NAME]) == 0
+        assert main(["build", NAME, "--squash", "sqsh"]) == 0
+        yield {"sdk": sdk, "lock": read_lock(project / "recipes" / f"pylock.{NAME}.toml"),
+               "project": project}
 
 
 def run(*command: str) -> str:

@@ -10,7 +10,11 @@ Use from any test folder's conftest.py::
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +34,31 @@ from testbed.base_images import (  # noqa: F401  (re-exported for tests)
     push_base_image,
     registry_up,
 )
+
+#: This machine's CA bundle: builds reach PyPI through the workplace's CA, handed in as the
+#: site-CA secret.
+SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@contextmanager
+def imagebuild_env(project: Path, cache: Path, *, unset: tuple[str, ...] = ()
+                   ) -> Iterator[None]:
+    """The environment an end-to-end test runs imagebuild in: its project and download
+    cache, the docker backend, the site CA when the machine has one; ``unset`` variables
+    removed. The process environment is restored afterwards."""
+    saved = dict(os.environ)
+    os.environ.update(IMAGEBUILD_PROJECT=str(project), IMAGEBUILD_CACHE=str(cache),
+                      IMAGEBUILD_BACKEND="docker")
+    for name in unset:
+        os.environ.pop(name, None)
+    if SITE_CA.is_file():
+        os.environ["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
 
 # --------------------------------------------------------------------------------------
 # pytest fixtures

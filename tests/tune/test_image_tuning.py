@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import subprocess
 import time
@@ -45,7 +44,6 @@ registry_base_image = engine_env.registry_base_image
 RECIPE = "cpu-tuning"
 IMAGE = latest_tag(RECIPE)
 SITE = "cscs-beverin"
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 MOUNT = "/opt/imagebuild/tuning"
 SEQ = 32
 
@@ -57,15 +55,9 @@ def world(tmp_path_factory, registry_base_image, wheel_index, docker_engine):  #
     version = torch_wheel().name.split("-")[1]
     (root / "recipes" / f"{RECIPE}.yaml").write_text(
         RECIPE_TEXT.format(base_image=registry_base_image, torch=version))
-    saved = dict(os.environ)
-    os.environ.update(IMAGEBUILD_PROJECT=str(root), IMAGEBUILD_BACKEND="docker",
-                      IMAGEBUILD_CACHE=str(tmp_path_factory.mktemp("cache")))
-    if SITE_CA.is_file():
-        os.environ["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    yield {"project": root, "index": wheel_index.url_for("cpu/"), "engine": docker_engine,
-           "artifacts": root / "artifacts", "tmp": tmp_path_factory.mktemp("tuning")}
-    os.environ.clear()
-    os.environ.update(saved)
+    with engine_env.imagebuild_env(root, tmp_path_factory.mktemp("cache")):
+        yield {"project": root, "index": wheel_index.url_for("cpu/"), "engine": docker_engine,
+               "artifacts": root / "artifacts", "tmp": tmp_path_factory.mktemp("tuning")}
 
 
 def timed(label: str, argv: list[str], capsys) -> tuple[int, str, str]:
