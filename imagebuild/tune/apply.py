@@ -11,25 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.recipe.site_runtime import Bind
+
 from .bundle import DEFAULT_MOUNT_POINT, Bundle, tuning_env
 
-__all__ = ["DEFAULT_MOUNT_POINT", "Mount", "RuntimeTuning", "runtime_tuning"]
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    target: str
-    read_only: bool = True
-
-    def spec(self) -> str:
-        """``SRC:DST[:ro]``: what EDF mounts, apptainer --bind and docker -v take."""
-        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
+__all__ = ["DEFAULT_MOUNT_POINT", "RuntimeTuning", "runtime_tuning"]
 
 
 @dataclass(frozen=True)
 class RuntimeTuning:
-    mounts: tuple[Mount, ...]
+    #: the same binds a site profile adds (``Bind.spec()``: docker -v, apptainer --bind, EDF)
+    mounts: tuple[Bind, ...]
     env: tuple[tuple[str, str], ...]
 
     def env_dict(self) -> dict[str, str]:
@@ -60,5 +52,5 @@ class RuntimeTuning:
 def runtime_tuning(bundle_dir: Path, bundle: Bundle,
                    mount_point: str = DEFAULT_MOUNT_POINT) -> RuntimeTuning:
     """Mount the bundle read-only at ``mount_point`` and point each library at its file."""
-    return RuntimeTuning((Mount(str(bundle_dir.resolve()), mount_point, True),),
+    return RuntimeTuning((Bind(str(bundle_dir.resolve()), mount_point, read_only=True),),
                          tuple(tuning_env(bundle, mount_point).items()))
