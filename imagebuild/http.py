@@ -251,9 +251,23 @@ class HttpClient:
     def get_text(self, url: str, *, what: str = "GET",
                  error: type[ImagebuildError] = DownloadError) -> tuple[str, str]:
         """A small document (an index listing): returns (text, final URL after redirects)."""
+        found = self._get_text(url, what, error, missing_ok=False)
+        assert found is not None
+        return found
 
-        def once() -> tuple[str, str]:
+    def get_text_if_present(self, url: str, *, what: str = "GET",
+                            error: type[ImagebuildError] = DownloadError
+                            ) -> tuple[str, str] | None:
+        """As ``get_text``, or None where the server answers 404 (a PEP 503 index has no page
+        for a project it does not hold)."""
+        return self._get_text(url, what, error, missing_ok=True)
+
+    def _get_text(self, url: str, what: str, error: type[ImagebuildError], *,
+                  missing_ok: bool) -> tuple[str, str] | None:
+        def once() -> tuple[str, str] | None:
             with self.session.get(url, timeout=self.policy.timeout) as resp:
+                if missing_ok and resp.status_code == 404:
+                    return None
                 check_status(resp)
                 body = resp.content  # small: a listing is a few hundred KB at most
                 return body.decode(resp.encoding or "utf-8", errors="replace"), resp.url

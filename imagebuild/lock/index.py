@@ -236,14 +236,9 @@ class WheelIndex:
         if self._directory is not None:
             directory = self._directory / project
             return list_directory(directory) if directory.is_dir() else []
-        try:
-            html, final_url = self.http.get_text(self.project_url(project),
-                                                 what="wheel index", error=WheelIndexError)
-        except WheelIndexError as exc:
-            if "HTTP 404" in str(exc):  # PEP 503: an unknown project has no page
-                return []
-            raise
-        return parse_listing(html, final_url)
+        found = self.http.get_text_if_present(self.project_url(project), what="wheel index",
+                                              error=WheelIndexError)
+        return parse_listing(*found) if found is not None else []
 
     def find(self, name: str, version: str, python: str = "3.12",
              platform: str = "linux_x86_64") -> IndexFile:
