@@ -332,20 +332,24 @@ def filter_rootfs_tar(
             seen.add(name)
             members += 1
             bytes_in += body
-            data = None
-            if observer is not None and body and observer.wants(name):
-                data = reader.read(padding)[:body]
-            if observer is not None:
-                info = member.tarinfo()
-                info.name = stored
-                observer.member(name, info, data)
-            if renamed or (clamp and "mtime" in member.pax):
+            reencode = renamed or (clamp and "mtime" in member.pax)
+            info = None
+            if observer is not None or reencode:
+                # The member as it is written: normalized names, clamped mtime.
                 info = member.tarinfo()
                 info.name = stored
                 if member.type == tarfile.LNKTYPE:
                     info.linkname = _normalize(member.linkname)
                 if clamp:
                     info.mtime = clamp_mtime
+            data = None
+            if observer is not None:
+                assert info is not None
+                if body and observer.wants(name):
+                    data = reader.read(padding)[:body]
+                observer.member(name, info, data)
+            if reencode:
+                assert info is not None
                 dst.write(info.tobuf(tarfile.PAX_FORMAT, _ENCODING, _ERRORS))
             elif clamp:
                 assert clamp_mtime is not None
