@@ -29,13 +29,12 @@ import subprocess
 import tarfile
 import tempfile
 import textwrap
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from testbed.wheel_index import _FIXED_TIME, _record_hash, wheel_filename
+from testbed.wheel_index import make_wheel
 
 #: family index -> the targets it serves (RELEASES.md, "Index page listing").
 FAMILIES: dict[str, tuple[str, ...]] = {"gfx94X-dcgpu": ("gfx942",),
@@ -71,17 +70,17 @@ def make_rocm_sdk_index(root: Path | str, *, version: str = "10.0.0",
             index = root / family
             package = f"_rocm_sdk_libraries_{family.replace('-', '_')}"
             _sdist(index / "rocm", version, family)
-            _wheel(index / "rocm-sdk-core", "rocm-sdk-core", version, "py3", {
+            make_wheel(index / "rocm-sdk-core", "rocm-sdk-core", version, "py3", files={
                 "_rocm_sdk_core/__init__.py": b"",
                 "_rocm_sdk_core/lib/libamdhip64.so.7": libs["libamdhip64.so.7"]})
-            _wheel(index / canonicalize_name(f"rocm-sdk-libraries-{family}"),
-                   f"rocm-sdk-libraries-{family}", version, "py3", {
-                       f"{package}/__init__.py": b"",
-                       f"{package}/lib/librccl.so.1": libs["librccl.so.1"],
-                       f"{package}/lib/libhipblaslt.so.1": libs["libhipblaslt.so.1"]})
-            _wheel(index / "torch", "torch", torch_version, python_tag, {
-                "torch/__init__.py": _torch_init(torch_version, version).encode()},
-                requires=[f"rocm[libraries]=={version}"])
+            make_wheel(index / canonicalize_name(f"rocm-sdk-libraries-{family}"),
+                       f"rocm-sdk-libraries-{family}", version, "py3", files={
+                           f"{package}/__init__.py": b"",
+                           f"{package}/lib/librccl.so.1": libs["librccl.so.1"],
+                           f"{package}/lib/libhipblaslt.so.1": libs["libhipblaslt.so.1"]})
+            make_wheel(index / "torch", "torch", torch_version, python_tag,
+                       requires=[f"rocm[libraries]=={version}"],
+                       files={"torch/__init__.py": _torch_init(torch_version, version).encode()})
     return RocmSdkIndex(root, version, torch_version, tuple(families))
 
 
@@ -111,34 +110,6 @@ def _torch_init(torch_version: str, version: str) -> str:
         _rocm_sdk.initialize_process(preload_shortnames={list(PRELOADED)!r},
                                      check_version="{version}")
         """)
-
-
-def _wheel(directory: Path, name: str, version: str, python_tag: str,
-           files: dict[str, bytes], requires: list[str] | None = None) -> Path:
-    """A wheel holding exactly ``files`` (libraries executable), with METADATA and RECORD."""
-    directory.mkdir(parents=True, exist_ok=True)
-    filename = wheel_filename(name, version, python_tag)
-    dist, norm_version, *_ = filename[:-4].split("-")
-    tag = filename[:-4].split("-", 2)[2]
-    distinfo = f"{dist}-{norm_version}.dist-info"
-    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {norm_version}",
-                *(f"Requires-Dist: {line}" for line in requires or [])]
-    wheel = ["Wheel-Version: 1.0", "Generator: testbed", "Root-Is-Purelib: false",
-             f"Tag: {tag}"]
-    members = dict(files)
-    members[f"{distinfo}/METADATA"] = ("\n".join(metadata) + "\n").encode()
-    members[f"{distinfo}/WHEEL"] = ("\n".join(wheel) + "\n").encode()
-    record = [f"{path},sha256={_record_hash(data)},{len(data)}" for path, data in members.items()]
-    members[f"{distinfo}/RECORD"] = ("\n".join([*record, f"{distinfo}/RECORD,,"]) + "\n").encode()
-    target = directory / filename
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, data in members.items():
-            info = zipfile.ZipInfo(path, date_time=_FIXED_TIME)
-            executable = ".so" in path.rsplit("/", 1)[-1]
-            info.external_attr = (0o755 if executable else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, data)
-    return target
 
 
 def _sdist(directory: Path, version: str, default_family: str) -> Path:

@@ -34,7 +34,7 @@ import struct
 import sys
 import threading
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -473,14 +473,15 @@ def wheel_filename(name: str, version: str, python_tag: str = "cp312",
 def make_wheel(directory: Path | str, name: str, version: str, python_tag: str = "cp312",
                abi_tag: str | None = None, platform: str = "linux_x86_64",
                requires: Iterable[str] = (), *, requires_python: str | None = None,
-               payload_size: int = 0) -> Path:
+               payload_size: int = 0, files: Mapping[str, bytes] | None = None) -> Path:
     """Write a small, valid, reproducible wheel (METADATA, WHEEL, RECORD) into ``directory``.
 
     The wheel installs a package named like the project (``torch`` -> ``torch/__init__.py``
     with ``__version__``). ``payload_size`` adds that many deterministic pseudo-random bytes,
     stored uncompressed, for tests that need a body of many chunks. ``requires`` become its
     ``Requires-Dist`` lines (``testbed.rocm_wheels`` gives ROCm wheels the ones the real
-    wheels state).
+    wheels state). ``files`` (archive path -> bytes) replaces that package with exactly
+    these files; shared objects (``*.so*``) are stored executable.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -498,26 +499,29 @@ def make_wheel(directory: Path | str, name: str, version: str, python_tag: str =
     purelib = "true" if abi == "none" and platform == "any" else "false"
     wheel = ["Wheel-Version: 1.0", "Generator: imagebuild-tests", f"Root-Is-Purelib: {purelib}"]
     wheel += [f"Tag: {tag}" for tag in tags]
-    files: list[tuple[str, bytes, int]] = [
-        (f"{package}/__init__.py", f'__version__ = "{norm_version}"\n'.encode(),
-         zipfile.ZIP_DEFLATED),
-    ]
+    members: list[tuple[str, bytes, int]] = (
+        [(path, data, zipfile.ZIP_DEFLATED) for path, data in files.items()]
+        if files is not None else
+        [(f"{package}/__init__.py", f'__version__ = "{norm_version}"\n'.encode(),
+          zipfile.ZIP_DEFLATED)])
     if payload_size:
         payload = random.Random(f"{filename}:{payload_size}").randbytes(payload_size)
-        files.append((f"{package}/_payload.bin", payload, zipfile.ZIP_STORED))
-    files.append((f"{distinfo}/METADATA", ("\n".join(metadata) + "\n").encode(),
-                  zipfile.ZIP_DEFLATED))
-    files.append((f"{distinfo}/WHEEL", ("\n".join(wheel) + "\n").encode(), zipfile.ZIP_DEFLATED))
-    record = [f"{path},sha256={_record_hash(data)},{len(data)}" for path, data, _ in files]
+        members.append((f"{package}/_payload.bin", payload, zipfile.ZIP_STORED))
+    members.append((f"{distinfo}/METADATA", ("\n".join(metadata) + "\n").encode(),
+                    zipfile.ZIP_DEFLATED))
+    members.append((f"{distinfo}/WHEEL", ("\n".join(wheel) + "\n").encode(),
+                    zipfile.ZIP_DEFLATED))
+    record = [f"{path},sha256={_record_hash(data)},{len(data)}" for path, data, _ in members]
     record.append(f"{distinfo}/RECORD,,")
-    files.append((f"{distinfo}/RECORD", ("\n".join(record) + "\n").encode(),
-                  zipfile.ZIP_DEFLATED))
+    members.append((f"{distinfo}/RECORD", ("\n".join(record) + "\n").encode(),
+                    zipfile.ZIP_DEFLATED))
     target = directory / filename
     tmp = target.with_name(f".{filename}.tmp")
     with zipfile.ZipFile(tmp, "w") as archive:
-        for path, data, compression in files:
+        for path, data, compression in members:
             info = zipfile.ZipInfo(path, date_time=_FIXED_TIME)
-            info.external_attr = 0o644 << 16
+            executable = ".so" in path.rsplit("/", 1)[-1]
+            info.external_attr = (0o755 if executable else 0o644) << 16
             info.compress_type = compression
             archive.writestr(info, data)
     os.replace(tmp, target)  # a server thread never serves a half-written wheel
