@@ -40,6 +40,7 @@ from imagebuild.convert.artifacts import Artifact, publish
 from imagebuild.convert.runtime_files import runtime_entries
 from imagebuild.convert.sources import ImageConfig, ImageSource
 from imagebuild.convert.tarfilter import (
+    PipeWriter,
     RootfsEntry,
     StreamObserver,
     StreamStats,
@@ -245,22 +246,6 @@ def _drain(stream: IO[bytes], tail: deque[str]) -> None:
             tail.append(line)
 
 
-class _CountingPipe:
-    """The tool's stdin, counting what went in (for the full-disk diagnosis)."""
-
-    def __init__(self, pipe: IO[bytes]):
-        self._pipe = pipe
-        self.count = 0
-
-    def write(self, data: bytes) -> int:
-        written = self._pipe.write(data)
-        self.count += len(data)
-        return written if written is not None else len(data)
-
-    def flush(self) -> None:
-        self._pipe.flush()
-
-
 def _cannot_start(argv: Sequence[str], exc: BaseException) -> SquashError:
     cause = exc.__cause__ if isinstance(exc, EngineError) else exc
     reason = getattr(cause, "strerror", None) or str(exc)
@@ -292,7 +277,7 @@ def run_squash_tool(
         _widen_pipe(proc.stdin)
         drainer = threading.Thread(target=_drain, args=(proc.stderr, tail), daemon=True)
         drainer.start()
-        stdin = _CountingPipe(proc.stdin)
+        stdin = PipeWriter(proc.stdin)
         try:
             stats = feed(stdin)  # type: ignore[arg-type]
             proc.stdin.close()

@@ -3,10 +3,13 @@ runtime's own files injected, mtimes clamped for reproducibility; streamed end t
 
 from __future__ import annotations
 
+import io
+import os
+import stat
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol
+from typing import IO, Any, BinaryIO, Protocol
 
 #: Written by the engine into every exported container, meaningless elsewhere. enroot drops
 #: the same (src/docker.sh: ``tar --exclude='dev/*' --exclude='.dockerenv'``); podman's
@@ -118,11 +121,57 @@ def _pax_records(data: bytes) -> dict[str, str]:
     return records
 
 
-class _Reader:
-    """Exact reads from the export pipe, and body copies through one reused buffer."""
+def _pipe_fd(stream: object) -> int | None:
+    """The descriptor of an unbuffered pipe (nothing read ahead of us), else None."""
+    if not isinstance(stream, io.FileIO) and not callable(getattr(stream, "splice_from", None)):
+        return None
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        return fd if stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
 
-    def __init__(self, raw: BinaryIO):
+
+class PipeWriter:
+    """The squashfs tool's stdin: headers go through the buffered pipe, file bodies from a
+    source pipe move in the kernel (splice(2)) without passing through Python; ``count``
+    is what went in, either way."""
+
+    def __init__(self, pipe: IO[bytes]):
+        self._pipe = pipe
+        self.count = 0
+
+    def fileno(self) -> int:
+        return self._pipe.fileno()
+
+    def write(self, data: Any) -> int:
+        written = self._pipe.write(data)
+        self.count += len(data)
+        return written if written is not None else len(data)
+
+    def flush(self) -> None:
+        self._pipe.flush()
+
+    def splice_from(self, fd: int, size: int) -> None:
+        self._pipe.flush()
+        out = self._pipe.fileno()
+        while size > 0:
+            moved = os.splice(fd, out, size)
+            if not moved:
+                raise tarfile.ReadError("unexpected end of the tar stream")
+            size -= moved
+            self.count += moved
+
+
+class _Reader:
+    """Exact reads from the export pipe, and body copies: spliced from pipe to pipe where
+    both ends allow it, else through one reused buffer."""
+
+    def __init__(self, raw: BinaryIO, dst: BinaryIO):
         self._raw = raw
+        spliceable = hasattr(os, "splice") and _pipe_fd(dst) is not None
+        self._fd = _pipe_fd(raw) if spliceable else None
+        self._splice_to = dst if self._fd is not None else None
         self._buffer = bytearray(_STREAM_BUFFER)
         self._view = memoryview(self._buffer)
 
@@ -146,6 +195,9 @@ class _Reader:
 
     def copy(self, size: int, dst: BinaryIO | None) -> None:
         """Move ``size`` bytes to ``dst`` (None: skip them) without a bytes object each."""
+        if dst is not None and dst is self._splice_to:
+            dst.splice_from(self._fd, size)  # type: ignore[attr-defined]
+            return
         readinto = getattr(self._raw, "readinto", None)
         while size > 0:
             want = min(size, _STREAM_BUFFER)
@@ -196,6 +248,30 @@ class _Member:
         return info
 
 
+#: The checksum field read as spaces, for the unsigned sum (POSIX ustar).
+_CHKSUM_AS_SPACES = 8 * 0x20
+
+
+def _checksum_ok(header: bytes) -> bool:
+    """The header's checksum against the sum of its bytes: one C-level sum per header (tarfile
+    unpacks the block twice); the signed sum some old tars wrote only when that fails."""
+    recorded = _number(header[148:156])
+    if recorded == sum(header) - sum(header[148:156]) + _CHKSUM_AS_SPACES:
+        return True
+    return recorded in tarfile.calc_chksums(header)
+
+
+def _number(field: bytes) -> int:
+    """A numeric header field: octal text, or GNU's base-256 (first byte 0x80/0xff)."""
+    if field[0] & 0x80:
+        return tarfile.nti(field)
+    digits = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(digits, 8) if digits else 0
+    except ValueError:
+        raise tarfile.InvalidHeaderError("invalid number in a tar header") from None
+
+
 def _read_member(reader: _Reader, dst: BinaryIO) -> _Member | None:
     """The next member, or None at the end of the archive. PAX global headers pass through."""
     extensions: list[bytes] = []
@@ -209,11 +285,10 @@ def _read_member(reader: _Reader, dst: BinaryIO) -> _Member | None:
             return None
         if header == _ZERO_BLOCK:
             return None
-        chksum = tarfile.nti(header[148:156])
-        if chksum not in tarfile.calc_chksums(header):
+        if not _checksum_ok(header):
             raise tarfile.ReadError("bad checksum in a tar header")
         kind = header[156:157]
-        size = tarfile.nti(header[124:136])
+        size = _number(header[124:136])
         if kind in _EXTENSIONS or kind == tarfile.XGLTYPE:
             data = reader.read(_padded(size))
             if kind == tarfile.XGLTYPE:
@@ -234,7 +309,7 @@ def _read_member(reader: _Reader, dst: BinaryIO) -> _Member | None:
         linkname = pax.get("linkpath",
                            longlink if longlink is not None else _text(header[157:257]))
         size = int(pax["size"]) if "size" in pax else size
-        mtime = tarfile.nti(header[136:148])
+        mtime = _number(header[136:148])
         if "mtime" in pax:
             mtime = int(float(pax["mtime"]))
         if kind == tarfile.AREGTYPE and name.endswith("/"):
@@ -289,7 +364,7 @@ def filter_rootfs_tar(
     members = 0
     bytes_in = 0
     default_mtime = clamp_mtime if clamp_mtime is not None else 0
-    reader = _Reader(src)
+    reader = _Reader(src, dst)
 
     def add(info: tarfile.TarInfo, data: bytes = b"") -> None:
         dst.write(info.tobuf(tarfile.PAX_FORMAT, _ENCODING, _ERRORS))
