@@ -17,7 +17,7 @@ from pathlib import Path
 from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
 from imagebuild.convert.inventory import recipe_scan, take_inventory
-from imagebuild.convert.sources import DockerSource, open_source
+from imagebuild.convert.sources import READ_METHODS, DockerSource, open_source
 from imagebuild.convert.squashfs import (
     ALGORITHMS,
     DEFAULT_COMPRESSION,
@@ -70,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ROCm version of the image (default: the recipe's)")
     parser.add_argument("--backend", choices=("auto", "docker", "podman"), default="auto",
                         help="container engine holding the image (default: auto)")
+    parser.add_argument("--read", choices=READ_METHODS, default="auto",
+                        help="how a Docker image's filesystem is read: storage (its overlay2 "
+                             "layers mounted here; root), export (docker export), auto "
+                             "(storage where possible; default). The same bytes either way")
     parser.add_argument("--tool", choices=("tar2sqfs", "mksquashfs"), default=None,
                         help="squashfs writer (default: tar2sqfs if installed)")
     parser.add_argument("--sif-method", choices=("auto", "apptainer", "siftool"),
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     output_dir = (args.output_dir or project / "artifacts").resolve()
     tool = find_squash_tool(args.tool) if ("sqsh" in formats or args.sif_method != "apptainer") \
         else None
-    source = open_source(target.image_ref, args.backend)
+    source = open_source(target.image_ref, args.backend, read=args.read)
     backend_ref = target.image_ref if isinstance(source, DockerSource) else None
     # A recipe's image gets its SBOM (and size table) as `build --squash` gives it.
     scan = recipe_scan(load_recipe(target.recipe, project), source) if target.recipe else None
@@ -104,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
                         tool=tool, sif_method=args.sif_method, image_ref=backend_ref,
                         observer=scan)
     for artifact in artifacts:
-        note = f"  ({tool.name if tool else 'apptainer'}, {compression})" \
+        read_by = getattr(source, "read_by", "") or "podman export"
+        note = f"  ({tool.name if tool else 'apptainer'}, {compression}, read: {read_by})" \
             if artifact.kind == "sqsh" else ""
         _print_artifact(artifact, note)
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)

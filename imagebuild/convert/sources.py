@@ -5,8 +5,8 @@ configuration (ENV, WORKDIR, ENTRYPOINT, CMD, labels, volumes, user) and a binar
 the container's flattened filesystem. Everything streams: no temporary rootfs directory and
 no full tar file on disk (a ROCm PyTorch image is 26-38 GB).
 
-Implementations: Docker (docker SDK: create a container, never start it, stream
-``container.export()``), podman (``podman create`` + ``podman export`` on a pipe, through
+Implementations: Docker (docker SDK: create a container, never start it, read its layers
+straight from overlay2 storage where possible, else stream ``container.export()``), podman (``podman create`` + ``podman export`` on a pipe, through
 the ``CommandRunner``) and a plain tarball (tests, and images already exported elsewhere).
 """
 
@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from imagebuild.convert import storage
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
 
@@ -156,13 +157,28 @@ class TarballSource:
             yield stream
 
 
-class DockerSource:
-    """An image in a Docker engine, read through the docker SDK."""
+#: How DockerSource reads a filesystem: ``storage`` (overlay2 layers mounted here), ``export``
+#: (``docker export``), ``auto`` (storage where it can be read, else export).
+READ_METHODS = ("auto", "storage", "export")
 
-    def __init__(self, ref: str, client: Any = None):
+
+class DockerSource:
+    """An image in a Docker engine, read through the docker SDK: the filesystem of a
+    created (never started) container, straight from overlay2 storage when that can be read
+    here (imagebuild.convert.storage), else through ``docker export``: the same bytes."""
+
+    def __init__(self, ref: str, client: Any = None, read: str = "auto",
+                 runner: CommandRunner | None = None):
+        if read not in READ_METHODS:
+            raise EngineError(f"--read: expected one of {', '.join(READ_METHODS)}, "
+                              f"got {read!r}")
         self.ref = ref
         self.description = ref
+        self.read = read
+        #: How the last ``rootfs_tar`` read the filesystem, for reports and benchmarks.
+        self.read_by = ""
         self._client = client
+        self._runner = runner or DEFAULT_RUNNER
 
     def _docker(self) -> Any:
         if self._client is None:
@@ -194,6 +210,8 @@ class DockerSource:
 
         image = self._image()
         try:
+            # The container holds the image (no `docker rmi` under the read) and its init
+            # layer is what an export shows too.
             container = self._docker().containers.create(
                 image.id, command=_PLACEHOLDER_CMD, network_disabled=True,
                 labels={"org.imagebuild.purpose": "export"},
@@ -201,28 +219,54 @@ class DockerSource:
         except docker.errors.APIError as exc:
             raise EngineError(f"docker: creating a container of {self.ref!r} failed: {exc}") \
                 from exc
-        chunks = None
+        try:
+            layers = self._storage_layers(container.attrs.get("GraphDriver") or {})
+            if layers is not None:
+                self.read_by = layers.describe()
+                with storage.storage_tar(layers, self.ref, self._runner) as stream:
+                    yield stream
+            else:
+                self.read_by = "docker export"
+                with self._export(container) as stream:
+                    yield stream
+        finally:
+            try:
+                container.remove(force=True)
+            except docker.errors.APIError:
+                pass  # the result stands; a stray stopped container is harmless
+
+    def _storage_layers(self, graph_driver: Mapping[str, Any]) -> storage.OverlayLayers | None:
+        if self.read == "export":
+            return None
+        try:
+            layers = storage.overlay_layers(graph_driver)
+            storage.probe(layers, self._runner)
+            return layers
+        except storage.StorageUnavailable as exc:
+            if self.read == "storage":
+                raise EngineError(f"--read storage: cannot read {self.ref} from the engine's "
+                                  f"storage: {exc}", hint="--read export (or auto) reads it "
+                                  "through the engine") from exc
+            return None
+
+    @contextmanager
+    def _export(self, container: Any) -> Iterator[BinaryIO]:
+        import docker
+        import requests
 
         def guarded(stream: Iterator[bytes]) -> Iterator[bytes]:
-            import requests
-
             try:
                 yield from stream
             except (requests.RequestException, docker.errors.APIError) as exc:
                 raise EngineError(f"docker: exporting {self.ref!r} broke off: {exc}") from exc
 
+        chunks = container.export(chunk_size=_EXPORT_CHUNK)
         try:
-            chunks = container.export(chunk_size=_EXPORT_CHUNK)
             yield io.BufferedReader(ChunkStream(guarded(chunks)), buffer_size=_EXPORT_CHUNK)
         finally:
             # Closing the generator drops the HTTP stream if we stopped early (error, Ctrl-C).
-            if chunks is not None and hasattr(chunks, "close"):
+            if hasattr(chunks, "close"):
                 chunks.close()
-            try:
-                container.remove(force=True)
-            except docker.errors.APIError:
-                pass  # the export result stands; a stray stopped container is harmless
-
 
 
 class PodmanSource:
@@ -270,24 +314,27 @@ class PodmanSource:
 
 
 def open_source(ref: str, backend: str = "auto",
-                runner: CommandRunner | None = None) -> ImageSource:
+                runner: CommandRunner | None = None, read: str = "auto") -> ImageSource:
     """An ``ImageSource`` for an image reference in the chosen engine.
 
     ``auto`` prefers a reachable Docker engine and falls back to podman (HPC login nodes
     often have podman and no Docker daemon).
     """
     if backend == "docker":
-        return DockerSource(ref)
+        return DockerSource(ref, read=read, runner=runner)
+    if backend == "podman" and read == "storage":
+        raise EngineError("--read storage: only Docker images are read from storage; podman "
+                          "images are read with podman export")
     if backend == "podman":
         return PodmanSource(ref, runner=runner)
     if backend != "auto":
         raise EngineError(f"--backend: expected docker, podman or auto, got {backend!r}")
     try:
-        source = DockerSource(ref)
+        source = DockerSource(ref, read=read, runner=runner)
         source._docker()
         return source
     except EngineError:
-        if shutil.which("podman"):
+        if shutil.which("podman") and read != "storage":
             return PodmanSource(ref, runner=runner)
         raise
 
