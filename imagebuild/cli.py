@@ -18,7 +18,23 @@ from imagebuild.commands import COMMANDS
 from imagebuild.errors import ImagebuildError, InputError, StaleFile
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The module of the command ``argv`` names, if any: only that one is imported (the
+    others' imports cost most of a second at start: torch-free, but requests, cyclonedx,
+    jinja2 and uv's resolver glue)."""
+    modules = {name.rstrip("_"): name for name in COMMANDS}
+    words = iter(argv)
+    for word in words:
+        if word in ("-C", "--project"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return modules.get(word)
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv`` naming a command, only that command's module is loaded."""
+    chosen = _chosen_command(argv) if argv is not None else None
     parser = argparse.ArgumentParser(
         prog="imagebuild",
         description="Build, convert and validate ROCm PyTorch container images.",
@@ -30,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
              "(default: $IMAGEBUILD_PROJECT or the current directory)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in [chosen] if chosen else COMMANDS:
         try:
             module = importlib.import_module(f"imagebuild.commands.{name}")
         except ModuleNotFoundError as exc:  # a command not written yet in this checkout
@@ -54,7 +70,8 @@ def report_error(exc: ImagebuildError) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
