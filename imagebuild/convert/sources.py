@@ -5,19 +5,22 @@ configuration (ENV, WORKDIR, ENTRYPOINT, CMD, labels, volumes, user) and a binar
 the container's flattened filesystem. Everything streams: no temporary rootfs directory and
 no full tar file on disk (a ROCm PyTorch image is 26-38 GB).
 
-Implementations: Docker (docker SDK: create a container, never start it, read its layers
-straight from overlay2 storage where possible, else stream ``container.export()``), podman (``podman create`` + ``podman export`` on a pipe, through
-the ``CommandRunner``) and a plain tarball (tests, and images already exported elsewhere).
+Implementations: Docker (docker SDK) and podman (its CLI): create a container, never start
+it, and read its files straight from the engine's storage where that works here, else
+through ``docker export`` / ``podman export`` (imagebuild.convert.storage: the same bytes);
+and a plain tarball (tests, and images already exported elsewhere).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -105,6 +108,8 @@ class ImageSource(Protocol):
 
     #: What the user named (an image reference or a file), for messages and provenance.
     description: str
+    #: How the last ``rootfs_tar`` read the filesystem ("docker export", ...), for reports.
+    read_by: str
 
     def config(self) -> ImageConfig: ...
 
@@ -141,6 +146,7 @@ class TarballSource:
 
     path: Path
     image_config: ImageConfig = ImageConfig()
+    read_by: str = "tar file"
 
     @property
     def description(self) -> str:
@@ -157,8 +163,9 @@ class TarballSource:
             yield stream
 
 
-#: How DockerSource reads a filesystem: ``storage`` (overlay2 layers mounted here), ``export``
-#: (``docker export``), ``auto`` (storage where it can be read, else export).
+#: How an engine's image is read: ``storage`` (its files mounted here: imagebuild.convert.
+#: storage), ``export`` (``docker export`` / ``podman export``), ``auto`` (storage where it
+#: can be read, else export).
 READ_METHODS = ("auto", "storage", "export")
 
 
@@ -169,9 +176,7 @@ class DockerSource:
 
     def __init__(self, ref: str, client: Any = None, read: str = "auto",
                  runner: CommandRunner | None = None):
-        if read not in READ_METHODS:
-            raise EngineError(f"--read: expected one of {', '.join(READ_METHODS)}, "
-                              f"got {read!r}")
+        _check_read(read)
         self.ref = ref
         self.description = ref
         self.read = read
@@ -220,34 +225,24 @@ class DockerSource:
             raise EngineError(f"docker: creating a container of {self.ref!r} failed: {exc}") \
                 from exc
         try:
-            layers = self._storage_layers(container.attrs.get("GraphDriver") or {})
-            if layers is not None:
-                self.read_by = layers.describe()
-                with storage.storage_tar(layers, self.ref, self._runner) as stream:
-                    yield stream
-            else:
-                self.read_by = "docker export"
-                with self._export(container) as stream:
-                    yield stream
+            with storage.mountpoint() as mountpoint:
+                read = _storage_read(
+                    self.read, self.ref, self._runner,
+                    lambda: storage.overlay_layers(container.attrs.get("GraphDriver") or {})
+                    .read(mountpoint))
+                if read is not None:
+                    self.read_by = read.description
+                    with storage.storage_tar(read, self.ref, self._runner) as stream:
+                        yield stream
+                    return
+            self.read_by = "docker export"
+            with self._export(container) as stream:
+                yield stream
         finally:
             try:
                 container.remove(force=True)
             except docker.errors.APIError:
                 pass  # the result stands; a stray stopped container is harmless
-
-    def _storage_layers(self, graph_driver: Mapping[str, Any]) -> storage.OverlayLayers | None:
-        if self.read == "export":
-            return None
-        try:
-            layers = storage.overlay_layers(graph_driver)
-            storage.probe(layers, self._runner)
-            return layers
-        except storage.StorageUnavailable as exc:
-            if self.read == "storage":
-                raise EngineError(f"--read storage: cannot read {self.ref} from the engine's "
-                                  f"storage: {exc}", hint="--read export (or auto) reads it "
-                                  "through the engine") from exc
-            return None
 
     @contextmanager
     def _export(self, container: Any) -> Iterator[BinaryIO]:
@@ -270,12 +265,18 @@ class DockerSource:
 
 
 class PodmanSource:
-    """An image in podman's storage, read through the podman CLI (no daemon needed)."""
+    """An image in podman's storage, read through the podman CLI (no daemon needed): the
+    filesystem of a created (never started) container, from ``podman mount`` where that
+    works here (imagebuild.convert.storage), else through ``podman export``: the same
+    bytes."""
 
     def __init__(self, ref: str, podman: str | None = None,
-                 runner: CommandRunner | None = None):
+                 runner: CommandRunner | None = None, read: str = "auto"):
+        _check_read(read)
         self.ref = ref
         self.description = ref
+        self.read = read
+        self.read_by = ""
         self._podman = podman or shutil.which("podman") or ""
         self._runner = runner or DEFAULT_RUNNER
 
@@ -297,20 +298,62 @@ class PodmanSource:
     def rootfs_tar(self) -> Iterator[BinaryIO]:
         container = self._run("create", self.ref, *_PLACEHOLDER_CMD).strip().splitlines()[-1]
         try:
-            # The runner stops the export (its whole process group) if the reader stops
-            # early: a failed squash tool, Ctrl-C.
-            with self._runner.spawn([self._podman, "export", container],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-                assert proc.stdout is not None
-                yield proc.stdout
-                proc.stdout.close()
-                returncode = proc.wait()
-                said = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            if returncode != 0:
-                raise EngineError(f"podman export {self.ref}: {said.strip() or 'failed'}")
+            read = _storage_read(self.read, self.ref, self._runner,
+                                 lambda: storage.podman_read(self._podman, container,
+                                                             rootless=os.geteuid() != 0))
+            if read is not None:
+                self.read_by = read.description
+                with storage.storage_tar(read, self.ref, self._runner) as stream:
+                    yield stream
+            else:
+                self.read_by = "podman export"
+                with self._export(container) as stream:
+                    yield stream
         finally:
             self._runner.capture([self._podman, "rm", "-f", container], step="podman rm",
                                  check=False)
+
+    @contextmanager
+    def _export(self, container: str) -> Iterator[BinaryIO]:
+        # The runner stops the export (its whole process group) if the reader stops early:
+        # a failed squash tool, Ctrl-C.
+        with tempfile.TemporaryFile() as stderr, \
+                self._runner.spawn([self._podman, "export", container],
+                                   stdout=subprocess.PIPE, stderr=stderr) as proc:
+            assert proc.stdout is not None
+            stream = proc.stdout.raw  # type: ignore[attr-defined]  # unread: exact, spliceable
+            yield stream
+            while stream.read(1 << 16):
+                pass
+            proc.stdout.close()
+            returncode = proc.wait()
+            stderr.seek(0)
+            said = stderr.read().decode(errors="replace")
+        if returncode != 0:
+            raise EngineError(f"podman export {self.ref}: {said.strip() or 'failed'}")
+
+
+def _check_read(read: str) -> None:
+    if read not in READ_METHODS:
+        raise EngineError(f"--read: expected one of {', '.join(READ_METHODS)}, got {read!r}")
+
+
+def _storage_read(read: str, ref: str, runner: CommandRunner,
+                  make: Callable[[], storage.StorageRead]) -> storage.StorageRead | None:
+    """How to read ``ref`` from storage, or None for the export: ``auto`` falls back when
+    storage cannot be read here, ``storage`` says why."""
+    if read == "export":
+        return None
+    try:
+        chosen = make()
+        storage.probe(chosen, runner)
+        return chosen
+    except storage.StorageUnavailable as exc:
+        if read == "storage":
+            raise EngineError(f"--read storage: cannot read {ref} from the engine's storage: "
+                              f"{exc}", hint="--read export (or auto) reads it through the "
+                              "engine") from exc
+        return None
 
 
 def open_source(ref: str, backend: str = "auto",
@@ -322,11 +365,8 @@ def open_source(ref: str, backend: str = "auto",
     """
     if backend == "docker":
         return DockerSource(ref, read=read, runner=runner)
-    if backend == "podman" and read == "storage":
-        raise EngineError("--read storage: only Docker images are read from storage; podman "
-                          "images are read with podman export")
     if backend == "podman":
-        return PodmanSource(ref, runner=runner)
+        return PodmanSource(ref, runner=runner, read=read)
     if backend != "auto":
         raise EngineError(f"--backend: expected docker, podman or auto, got {backend!r}")
     try:
@@ -334,17 +374,17 @@ def open_source(ref: str, backend: str = "auto",
         source._docker()
         return source
     except EngineError:
-        if shutil.which("podman") and read != "storage":
-            return PodmanSource(ref, runner=runner)
+        if shutil.which("podman"):
+            return PodmanSource(ref, runner=runner, read=read)
         raise
 
 
-def source_for_engine(engine: Any, ref: str) -> ImageSource:
+def source_for_engine(engine: Any, ref: str, read: str = "auto") -> ImageSource:
     """The ``ImageSource`` for an image in an ``imagebuild.engine`` engine object (its
     docker SDK client, or its podman binary and runner)."""
     backend = getattr(engine, "backend", "")
     if backend == "docker":
-        return DockerSource(ref, client=engine.client)
+        return DockerSource(ref, client=engine.client, read=read, runner=engine.runner)
     if backend == "podman":
-        return PodmanSource(ref, podman=engine.binary, runner=engine.runner)
+        return PodmanSource(ref, podman=engine.binary, runner=engine.runner, read=read)
     raise EngineError(f"squash: no image export for engine backend {backend!r}")
