@@ -16,7 +16,6 @@ from pathlib import Path
 
 from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
-from imagebuild.convert.inventory import recipe_scan, take_inventory
 from imagebuild.convert.sources import READ_METHODS, DockerSource, open_source
 from imagebuild.convert.squashfs import (
     ALGORITHMS,
@@ -27,7 +26,6 @@ from imagebuild.convert.squashfs import (
 from imagebuild.engine import tags as images
 from imagebuild.errors import SquashError
 from imagebuild.recipe.load import load_recipe, project_dir
-from imagebuild.recipe.site import load_site
 
 
 @dataclass(frozen=True)
@@ -74,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="how a Docker image's filesystem is read: storage (its overlay2 "
                              "layers mounted here; root), export (docker export), auto "
                              "(storage where possible; default). The same bytes either way")
+    parser.add_argument("--timings", action="store_true",
+                        help="print where the squash's seconds went (setup, stream with the "
+                             "CPU time of reading, filtering and compressing, hash+fsync)")
     parser.add_argument("--tool", choices=("tar2sqfs", "mksquashfs"), default=None,
                         help="squashfs writer (default: tar2sqfs if installed)")
     parser.add_argument("--sif-method", choices=("auto", "apptainer", "siftool"),
@@ -93,7 +94,11 @@ def _print_artifact(artifact: Artifact, note: str = "") -> None:
 def run(args: argparse.Namespace) -> int:
     project = project_dir()
     target = resolve_target(args.target, project)
-    site = load_site(args.site, project) if args.site else None
+    site = None
+    if args.site:
+        from imagebuild.recipe.site import load_site
+
+        site = load_site(args.site, project)
     formats = parse_formats(args.formats) if args.formats else (
         site.formats if site else ("sqsh",))
     compression = parse_compression(args.compression, args.level)
@@ -102,16 +107,21 @@ def run(args: argparse.Namespace) -> int:
         else None
     source = open_source(target.image_ref, args.backend, read=args.read)
     backend_ref = target.image_ref if isinstance(source, DockerSource) else None
-    # A recipe's image gets its SBOM (and size table) as `build --squash` gives it.
-    scan = recipe_scan(load_recipe(target.recipe, project), source) if target.recipe else None
+    scan = None
+    if target.recipe:
+        # A recipe's image gets its SBOM (and size table) as `build --squash` gives it.
+        from imagebuild.convert.inventory import recipe_scan
+
+        scan = recipe_scan(load_recipe(target.recipe, project), source)
     artifacts = convert(source, output_dir, target.name, formats, compression=compression,
                         tool=tool, sif_method=args.sif_method, image_ref=backend_ref,
                         observer=scan)
     for artifact in artifacts:
-        read_by = getattr(source, "read_by", "") or "podman export"
-        note = f"  ({tool.name if tool else 'apptainer'}, {compression}, read: {read_by})" \
-            if artifact.kind == "sqsh" else ""
+        note = f"  ({tool.name if tool else 'apptainer'}, {compression}, read: " \
+               f"{source.read_by})" if artifact.kind == "sqsh" else ""
         _print_artifact(artifact, note)
+        if args.timings and artifact.timings is not None:
+            print(f"      {artifact.timings.line()}")
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
     if site is not None and sqsh is not None:
         config = source.config()
@@ -125,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"edf   {edf_file.path}  sha256:{edf_file.sha256}  (site {site.name})")
     if scan is not None:
         # no engine image id here: a later `build` re-reads the image once for its record
+        from imagebuild.convert.inventory import take_inventory
+
         for line in take_inventory(scan, source, output_dir, target.name, "").lines():
             print(line)
     return 0

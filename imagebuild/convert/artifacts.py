@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagebuild.convert.timings import SquashTimings
 from imagebuild.files import fsync_dir, remove_quietly, sha256_file, write_text_atomic
-from imagebuild.recipe.site import SiteProfile
-from imagebuild.render import edf
 
 if TYPE_CHECKING:
+    from imagebuild.recipe.site import SiteProfile
     from imagebuild.tune.apply import RuntimeTuning
 
 
@@ -35,6 +37,8 @@ class Artifact:
     size: int
     sha256: str  # hex digest
     seconds: float  # wall time to produce it
+    #: where a squash's seconds went (imagebuild.convert.timings); None for other kinds
+    timings: SquashTimings | None = None
 
     @property
     def sidecar(self) -> Path:
@@ -50,6 +54,39 @@ def write_sidecar(path: Path, digest: str) -> Path:
     sidecar = sidecar_path(path)
     write_text_atomic(sidecar, f"{digest}  {path.name}\n")
     return sidecar
+
+
+@contextmanager
+def flushing(temp: Path, every_s: float = 0.5) -> Iterator[None]:
+    """While another process writes ``temp``, push its pages to the disk as they come
+    (fdatasync every ``every_s``), so the fsync that ``publish`` owes before the rename
+    finds little left: the disk writes while the CPU compresses, not after (0.8 to 1.0 s of
+    a 268 MiB squash here, hash included, without it; 0.2 to 0.3 s with it)."""
+    stop = threading.Event()
+
+    def flush() -> None:
+        fd = None
+        try:
+            while not stop.wait(every_s):
+                if fd is None:
+                    try:
+                        fd = os.open(temp, os.O_RDONLY)
+                    except FileNotFoundError:
+                        continue  # the writer has not created it yet
+                os.fdatasync(fd)
+        except OSError:
+            pass  # the writer reports its own errors; publish's fsync is the one that counts
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    flusher = threading.Thread(target=flush, name="imagebuild-flush", daemon=True)
+    flusher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        flusher.join()
 
 
 def publish(temp: Path, final: Path, kind: str, seconds: float) -> Artifact:
@@ -86,6 +123,8 @@ def write_edf_beside(sqsh: Artifact, name: str, site: SiteProfile, *,
     This EDF records one image's sha256; the committed, image-independent ``envs/<recipe>.toml``
     comes from ``imagebuild render``.
     """
+    from imagebuild.render import edf  # the EDF renderer: only when an EDF is written
+
     path = sqsh.path.parent / f"{name}.toml"
     write_text_atomic(path, edf.render_edf(
         recipe=name, image=edf.edf_image_path(site, sqsh.path), site=site,
@@ -123,7 +162,9 @@ def write_record(output_dir: Path, name: str, key: Mapping[str, Any],
         **key,
         "written": written,
         "artifacts": [{"kind": a.kind, "path": a.path.name, "sha256": a.sha256,
-                       "size": a.size, "seconds": round(a.seconds, 2)} for a in artifacts],
+                       "size": a.size, "seconds": round(a.seconds, 2),
+                       **({"timings": a.timings.as_dict()} if a.timings else {})}
+                      for a in artifacts],
     }, indent=2) + "\n")
 
 

@@ -32,11 +32,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from imagebuild.convert.artifacts import Artifact, publish
+from imagebuild.convert.artifacts import Artifact, flushing, publish
 from imagebuild.convert.runtime_files import runtime_entries
 from imagebuild.convert.sources import ImageConfig, ImageSource
 from imagebuild.convert.tarfilter import (
@@ -46,6 +46,7 @@ from imagebuild.convert.tarfilter import (
     StreamStats,
     filter_rootfs_tar,
 )
+from imagebuild.convert.timings import SquashTimings, children_cpu, thread_cpu
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
 from imagebuild.files import remove_quietly, temporary_name
@@ -222,6 +223,7 @@ class SquashResult:
     compression: str
     stats: StreamStats
     seconds: float
+    timings: SquashTimings | None = None
 
     @property
     def throughput_mib_s(self) -> float:
@@ -325,32 +327,47 @@ def squash_image(
     nor under a temporary name.
     """
     started = time.monotonic()
+    cpu_before = children_cpu()
     tool = tool or find_squash_tool(runner=runner)
     config = source.config()
     epoch = reproducible_epoch(config) if epoch is None else epoch
     entries = runtime_entries(config) if entries is None else list(entries)
     output.parent.mkdir(parents=True, exist_ok=True)
     temp = temporary_name(output)
+    jobs = jobs or default_jobs()
+    marks: dict[str, float] = {}
     try:
-        argv = tool.argv(temp, compression, epoch, jobs or default_jobs())
+        argv = tool.argv(temp, compression, epoch, jobs)
 
         def feed(stdin: IO[bytes]) -> StreamStats:
             with source.rootfs_tar() as stream:
+                marks["open"], filter_started = time.monotonic(), thread_cpu()
                 try:
-                    return filter_rootfs_tar(stream, stdin, entries, clamp_mtime=epoch,
-                                             keep_root_entry=tool.name == "tar2sqfs",
-                                             observer=observer)
+                    stats = filter_rootfs_tar(stream, stdin, entries, clamp_mtime=epoch,
+                                              keep_root_entry=tool.name == "tar2sqfs",
+                                              observer=observer)
                 except BrokenPipeError:
                     raise  # the tool stopped reading: run_squash_tool reports why
                 except (tarfile.TarError, OSError) as exc:
                     raise SquashError(f"export: reading the filesystem of {source.description} "
                                       f"failed: {exc}") from exc
+                marks["filter_cpu"] = thread_cpu() - filter_started
+            marks["reader_cpu"] = children_cpu()  # the reader has been waited for
+            return stats
 
-        stats = run_squash_tool(argv, feed, output, runner=runner)
-        seconds = time.monotonic() - started
-        artifact = publish(temp, output, "sqsh", seconds)
+        with flushing(temp):
+            stats = run_squash_tool(argv, feed, output, runner=runner)
+        streamed = time.monotonic()
+        artifact = publish(temp, output, "sqsh", streamed - started)
     except BaseException:
         remove_quietly(temp)
         raise
-    return SquashResult(artifact=artifact, tool=tool.name, compression=str(compression),
-                        stats=stats, seconds=time.monotonic() - started)
+    finished = time.monotonic()
+    timings = SquashTimings(
+        read_by=source.read_by, jobs=jobs, config_s=marks["open"] - started,
+        stream_s=streamed - marks["open"], reader_cpu_s=marks["reader_cpu"] - cpu_before,
+        filter_cpu_s=marks["filter_cpu"], tool_cpu_s=children_cpu() - marks["reader_cpu"],
+        publish_s=finished - streamed, total_s=finished - started)
+    return SquashResult(artifact=replace(artifact, seconds=finished - started, timings=timings),
+                        tool=tool.name, compression=str(compression), stats=stats,
+                        seconds=finished - started, timings=timings)

@@ -387,3 +387,23 @@ def test_rootless_podman_reads_storage_in_its_user_namespace(rootless_work: Path
     assert not run("podman", "unshare", "podman", "mount").strip()  # nothing left mounted
     assert not run("podman", "ps", "-aq").strip()  # nor a container
     run("podman", "unshare", "rm", "-rf", str(work / "storage"))  # files of subordinate IDs
+
+
+def test_timings_say_where_the_seconds_went(layered: Layered, root_only: None,
+                                            tmp_path: Path) -> None:
+    """The phases add up to the total; the reader's and the compressor's CPU are their own
+    (a storage read's tar is a child; an export's reader is the engine, not ours)."""
+    for read in ("storage", "export"):
+        result = squash_image(layered.source(read), tmp_path / f"{read}.sqsh")
+        timings = result.artifact.timings
+        assert timings is not None and result.timings == timings
+        assert timings.read_by == result.artifact.timings.read_by != ""
+        phases = timings.config_s + timings.stream_s + timings.publish_s
+        assert abs(phases - timings.total_s) < 0.01
+        assert result.artifact.seconds == timings.total_s
+        assert timings.tool_cpu_s > 0 and timings.filter_cpu_s > 0
+        if read == "storage" or layered.engine == "podman":
+            assert timings.reader_cpu_s > 0  # tar under unshare, or podman export
+        else:
+            assert timings.reader_cpu_s < timings.tool_cpu_s / 10  # docker export: dockerd's
+        assert f"read: {timings.read_by}" in timings.line()
