@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.convert.formats import parse_formats
-from imagebuild.convert.squashfs import ALGORITHMS, parse_compression
+from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
 from imagebuild.engine.select import BACKENDS, detect_engine
@@ -36,9 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "secret, never stored in a layer (default: $IMAGEBUILD_SITE_CA)")
     parser.add_argument("--squash", default=None, metavar="FORMATS",
                         help="also convert the image: sqsh, sif or sqsh,sif")
-    parser.add_argument("--compression", choices=ALGORITHMS, default=None,
-                        help="squashfs compressor (default zstd level 3, from measurements)")
-    parser.add_argument("--level", type=int, default=None, help="compression level")
+    add_compression_arguments(parser)
     parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
                         help="site profile for the EDF written beside the .sqsh "
                              "(e.g. cscs-beverin, lumi; default $IMAGEBUILD_SITE)")
@@ -66,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         formats=parse_formats(args.squash) if args.squash else (),
         output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
         site=args.site, push=args.push, no_cache=args.no_cache,
-        compression=parse_compression(args.compression, args.level))
+        compression=parse_compression(args.compression, args.level, args.block_size))
     if args.tuning is not None:
         if args.check_reproducible:
             raise BuildError("--check-reproducible: not with --tuning (check the recipe's "

@@ -18,8 +18,7 @@ from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
 from imagebuild.convert.sources import READ_METHODS, DockerSource, open_source
 from imagebuild.convert.squashfs import (
-    ALGORITHMS,
-    DEFAULT_COMPRESSION,
+    add_compression_arguments,
     find_squash_tool,
     parse_compression,
 )
@@ -58,9 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default: the site's, else sqsh)")
     parser.add_argument("--output-dir", type=Path, default=None,
                         help="where artifacts go (default: PROJECT/artifacts)")
-    parser.add_argument("--compression", choices=ALGORITHMS, default=None,
-                        help=f"squashfs compressor (default: {DEFAULT_COMPRESSION})")
-    parser.add_argument("--level", type=int, default=None, help="compression level")
+    add_compression_arguments(parser)
     parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
                         help="site profile for the EDF, e.g. cscs-beverin, lumi "
                              "(default: $IMAGEBUILD_SITE; none: no EDF)")
@@ -101,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         site = load_site(args.site, project)
     formats = parse_formats(args.formats) if args.formats else (
         site.formats if site else ("sqsh",))
-    compression = parse_compression(args.compression, args.level)
+    compression = parse_compression(args.compression, args.level, args.block_size)
     output_dir = (args.output_dir or project / "artifacts").resolve()
     tool = find_squash_tool(args.tool) if ("sqsh" in formats or args.sif_method != "apptainer") \
         else None

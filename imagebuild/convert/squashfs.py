@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from imagebuild.convert.artifacts import Artifact, flushing, publish
 from imagebuild.convert.runtime_files import runtime_entries
@@ -65,10 +65,28 @@ _LEVELS: dict[str, tuple[int, int, int] | None] = {
 ALGORITHMS = tuple(_LEVELS)
 
 
+#: squashfs block sizes: powers of two from 4 KiB to 1 MiB (the format's limits).
+_BLOCK_SIZES = tuple(1 << shift for shift in range(12, 21))
+#: 128 KiB, both tools' default: benchmarks/squash_bench.py --table measures 256 KiB and
+#: 1 MiB 5 to 9 % smaller but read back cold through the kernel 1.5x to 2.6x slower (a
+#: small file in a 1 MiB fragment block costs the whole block's decompression).
+DEFAULT_BLOCK_SIZE = 128 << 10
+
+
+def parse_size(text: str) -> int:
+    """``131072``, ``128K``, ``1M`` -> bytes (SquashError naming --block-size otherwise)."""
+    match = re.fullmatch(r"(\d+)\s*([KkMm]?)(?:i?[Bb])?", text.strip())
+    if not match:
+        raise SquashError(f"--block-size: expected bytes or a size like 128K or 1M, got {text!r}")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20}[match.group(2).lower()]
+    return int(match.group(1)) * scale
+
+
 @dataclass(frozen=True)
 class Compression:
     algorithm: str
     level: int | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
 
     def __post_init__(self) -> None:
         if self.algorithm not in _LEVELS:
@@ -81,6 +99,9 @@ class Compression:
             if not bounds[0] <= self.level <= bounds[1]:
                 raise SquashError(f"--level: {self.algorithm} levels are {bounds[0]}..{bounds[1]},"
                                   f" got {self.level}")
+        if self.block_size not in _BLOCK_SIZES:
+            raise SquashError(f"--block-size: squashfs takes a power of two from 4K to 1M, "
+                              f"got {self.block_size} bytes")
 
     @property
     def effective_level(self) -> int | None:
@@ -89,17 +110,20 @@ class Compression:
 
     def __str__(self) -> str:
         level = self.effective_level
-        return self.algorithm if level is None else f"{self.algorithm}:{level}"
+        text = self.algorithm if level is None else f"{self.algorithm}:{level}"
+        if self.block_size != DEFAULT_BLOCK_SIZE:
+            text += f", {self.block_size >> 10}K blocks"
+        return text
 
     def tar2sqfs_args(self) -> list[str]:
-        args = ["--compressor", self.algorithm]
+        args = ["--compressor", self.algorithm, "--block-size", str(self.block_size)]
         level = self.effective_level
         if level is not None:
             args += ["--comp-extra", f"level={level}"]
         return args
 
     def mksquashfs_args(self) -> list[str]:
-        args = ["-comp", self.algorithm]
+        args = ["-comp", self.algorithm, "-b", str(self.block_size)]
         level = self.effective_level
         if self.algorithm == "xz":
             if self.level is not None:
@@ -116,10 +140,22 @@ class Compression:
 DEFAULT_COMPRESSION = Compression("zstd", 3)
 
 
-def parse_compression(algorithm: str | None, level: int | None) -> Compression:
+def parse_compression(algorithm: str | None, level: int | None,
+                      block_size: str | None = None) -> Compression:
+    block = parse_size(block_size) if block_size else DEFAULT_BLOCK_SIZE
     if algorithm is None:
-        return DEFAULT_COMPRESSION if level is None else Compression("zstd", level)
-    return Compression(algorithm, level)
+        return Compression("zstd", DEFAULT_COMPRESSION.level if level is None else level, block)
+    return Compression(algorithm, level, block)
+
+
+def add_compression_arguments(parser: Any) -> None:
+    """--compression, --level and --block-size, as squash and build take them."""
+    parser.add_argument("--compression", choices=ALGORITHMS, default=None,
+                        help=f"squashfs compressor (default: {DEFAULT_COMPRESSION}, measured: "
+                             "see the README's Squash section)")
+    parser.add_argument("--level", type=int, default=None, help="compression level")
+    parser.add_argument("--block-size", default=None, metavar="SIZE",
+                        help="squashfs block size, 4K to 1M (default: 128K)")
 
 
 # --- the squashfs tool ------------------------------------------------------------------------
