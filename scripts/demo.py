@@ -17,9 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from imagebuild.cli import main
-from imagebuild.engine.select import detect_engine
-from testbed import base_images
-from testbed.cpu_recipe import RECIPE, torch_wheel
+from testbed.cpu_recipe import demo_project
 from testbed.wheel_index import IndexServer
 
 
@@ -34,23 +32,13 @@ def phase(label: str, argv: list[str]) -> None:
 
 def main_demo() -> None:
     demo = ROOT / "demo"
-    (demo / "recipes").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    engine = detect_engine("docker")
-    base_images.import_base_image_docker(engine)
-    base = base_images.push_base_image(engine)
-    wheel = torch_wheel()
-    print(f"[demo] base image {base} and {wheel.name}: {time.monotonic() - started:.1f} s")
-    index_dir = demo / "index" / "cpu"
-    index_dir.mkdir(parents=True, exist_ok=True)
-    if not (index_dir / wheel.name).exists():
-        os.link(wheel, index_dir / wheel.name)
-    (demo / "recipes" / "cpu-demo.yaml").write_text(
-        RECIPE.format(base_image=base, torch=wheel.name.split("-")[1]))
+    index = demo_project(demo)
+    print(f"[demo] base image, torch wheel and recipe: {time.monotonic() - started:.1f} s")
     os.environ["IMAGEBUILD_PROJECT"] = str(demo)
     if Path("/etc/ssl/certs/ca-certificates.crt").is_file():
         os.environ.setdefault("IMAGEBUILD_SITE_CA", "/etc/ssl/certs/ca-certificates.crt")
-    with IndexServer(demo / "index") as server:
+    with IndexServer(index) as server:
         phase("lock", ["lock", "cpu-demo", "--index-url", server.url_for("cpu/")])
         phase("show", ["show", "cpu-demo"])
         phase("build + squash", ["build", "cpu-demo", "--squash", "sqsh,sif",

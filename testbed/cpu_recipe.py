@@ -3,6 +3,8 @@ CPU torch wheel its index serves (the demo and the end-to-end tests share both).
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +46,33 @@ def torch_wheel() -> Path:
         found = sorted(directory.glob(f"torch-{TORCH_VERSION}*-cp311-*.whl"))
     assert found, f"pip download gave no torch {TORCH_VERSION} cp311 wheel in {directory}"
     return found[-1]
+
+
+#: The demo's recipe name and the image tag a build of it gets (imagebuild.engine.tags).
+DEMO_RECIPE = "cpu-demo"
+DEMO_IMAGE = f"imagebuild/{DEMO_RECIPE}:latest"
+
+
+def demo_project(project: Path) -> Path:
+    """A project directory holding the demo recipe, built on the debootstrapped base in the
+    loopback registry, and its wheel index directory (served by ``IndexServer``) holding
+    the real CPU torch wheel; returns that index directory. scripts/demo and the squash
+    benchmark start from it."""
+    from imagebuild.engine.select import detect_engine
+    from testbed import base_images
+
+    engine = detect_engine("docker")
+    base_images.import_base_image_docker(engine)  # type: ignore[arg-type]
+    base = base_images.push_base_image(engine)  # type: ignore[arg-type]
+    wheel = torch_wheel()
+    index = project / "index"
+    (index / "cpu").mkdir(parents=True, exist_ok=True)
+    (project / "recipes").mkdir(parents=True, exist_ok=True)
+    if not (index / "cpu" / wheel.name).exists():
+        try:
+            os.link(wheel, index / "cpu" / wheel.name)
+        except OSError:  # another filesystem
+            shutil.copy2(wheel, index / "cpu" / wheel.name)
+    (project / "recipes" / f"{DEMO_RECIPE}.yaml").write_text(
+        RECIPE.format(base_image=base, torch=wheel.name.split("-")[1]))
+    return index
