@@ -400,6 +400,22 @@ def mounted(sqsh: Path, where: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(where)], check=False)
 
 
+def chrooted(root: Path, *argv: str) -> None:
+    """Run ``argv`` in ``root`` with the host's /dev and a /proc (torch reads /dev/urandom)."""
+    mounts = [(["mount", "--bind", "/dev", str(root / "dev")], root / "dev"),
+              (["mount", "-t", "proc", "proc", str(root / "proc")], root / "proc")]
+    done = []
+    try:
+        for command, point in mounts:
+            subprocess.run(command, check=True)
+            done.append(point)
+        subprocess.run([shutil.which("chroot") or "/usr/sbin/chroot", str(root), *argv],
+                       check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+    finally:
+        for point in reversed(done):
+            subprocess.run(["umount", str(point)], check=False)
+
+
 def timed(action: Callable[[], object]) -> float:
     started = time.monotonic()
     action()
@@ -420,9 +436,8 @@ def read_times(sqsh: Path, work: Path) -> tuple[float, float | None, float | Non
         imported = None
         if python.exists() or python.is_symlink():
             drop_caches()
-            imported = timed(lambda: subprocess.run(
-                ["chroot", str(root), "/opt/venv/bin/python", "-c", "import torch"],
-                check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"}))
+            imported = timed(lambda: chrooted(root, "/opt/venv/bin/python", "-c",
+                                              "import torch"))
     return warm, full, imported
 
 
@@ -439,6 +454,7 @@ def table(image: str, work: Path, grid: str, rounds: int) -> None:
         compression = parse_setting(text)
         target = work / "table.sqsh"
         best = None
+        content_of(image)  # the image's files back in the page cache (the reads drop it)
         for _ in range(rounds):
             result = squash_image(DockerSource(image), target, compression=compression,
                                   tool=tool)

@@ -64,6 +64,9 @@ class BuildOptions:
     push: str | None = None
     no_cache: bool = False
     compression: Compression = DEFAULT_COMPRESSION
+    #: how the built image's files are read for squash and inventory: auto (from the
+    #: engine's storage where it can be read here, else export), storage or export
+    read: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
 
     artifacts: tuple[Artifact, ...] = ()
     squashed = False
-    source = source_for_engine(engine, image.ref)
+    source = source_for_engine(engine, image.ref, options.read)
     # One pass over the image's files gives the size table and the SBOM: the squash's
     # stream (which then carries the SBOM too), else an export of its own.
     # (dated like the build: the lock's SOURCE_DATE_EPOCH, else the image creation time)
@@ -183,8 +186,8 @@ def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptio
         say(f"artifacts of {image.image_id[:19]} are up to date in {output_dir}")
         return reused, False
     tool = find_squash_tool(None)
-    artifacts = convert(source_for_engine(engine, image.ref), output_dir, recipe.name,
-                        options.formats, compression=options.compression, tool=tool,
+    artifacts = convert(source_for_engine(engine, image.ref, options.read), output_dir,
+                        recipe.name, options.formats, compression=options.compression, tool=tool,
                         image_ref=image.ref if engine.backend == "docker" else None,
                         observer=scan)
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
@@ -199,4 +202,5 @@ def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptio
 
 def format_sizes(artifacts: Sequence[Artifact]) -> list[str]:
     return [f"{a.kind:5} {a.path}  {a.size / (1 << 20):.1f} MiB  sha256:{a.sha256[:16]}  "
-            f"{a.seconds:.1f} s" for a in artifacts]
+            f"{a.seconds:.1f} s" + (f" (read: {a.timings.read_by})" if a.timings else "")
+            for a in artifacts]

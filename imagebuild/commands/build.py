@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.convert.formats import parse_formats
+from imagebuild.convert.sources import READ_METHODS
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
@@ -37,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--squash", default=None, metavar="FORMATS",
                         help="also convert the image: sqsh, sif or sqsh,sif")
     add_compression_arguments(parser)
+    parser.add_argument("--read", choices=READ_METHODS, default="auto",
+                        help="how the built image's files are read for --squash: storage "
+                             "(mounted from the engine's storage), export (docker/podman "
+                             "export), auto (storage where it can be; default). Same bytes")
     parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
                         help="site profile for the EDF written beside the .sqsh "
                              "(e.g. cscs-beverin, lumi; default $IMAGEBUILD_SITE)")
@@ -64,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         formats=parse_formats(args.squash) if args.squash else (),
         output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
         site=args.site, push=args.push, no_cache=args.no_cache,
-        compression=parse_compression(args.compression, args.level, args.block_size))
+        compression=parse_compression(args.compression, args.level, args.block_size),
+        read=args.read)
     if args.tuning is not None:
         if args.check_reproducible:
             raise BuildError("--check-reproducible: not with --tuning (check the recipe's "

@@ -1,12 +1,14 @@
 """Image -> .sqsh for CSCS's Container Engine and enroot (and, wrapped, Apptainer's .sif).
 
-The container filesystem streams from the engine through a tar filter
+The container filesystem streams from the engine (read from its storage where that works
+here, else exported: imagebuild.convert.sources) through a tar filter
 (``imagebuild.convert.tarfilter``) into ``tar2sqfs`` (squashfs-tools-ng) or, as fallback,
 ``mksquashfs - out -tar`` (squashfs-tools >= 4.5): no temporary rootfs directory, no
 temporary tar. The filter writes the runtime files (``imagebuild.convert.runtime_files``)
 into the stream, so the image behaves as if imported by ``enroot import dockerd://`` and
-``apptainer run x.sqsh`` works too; the .sif embeds these very bytes: one export, one
-compression, two formats.
+``apptainer run x.sqsh`` works too; the .sif embeds these very bytes: one read, one
+compression, two formats. Reader, filter and compressor run at once, so on few cores the
+squash is bound by their CPU time together; ``SquashTimings`` says how it was spent.
 
 Reproducible: two builds of the same recipe and lock give the same bytes. Members keep the
 export's order (docker walks the filesystem in lexical order); every mtime later than the
@@ -54,9 +56,9 @@ from imagebuild.lock.epoch import EPOCH_LABEL
 
 # --- compression ------------------------------------------------------------------------------
 
-#: algorithm -> (lowest level, highest level, default level); None: no level setting.
+#: algorithm -> (lowest level, highest level, level when none is asked for); None: no level.
 _LEVELS: dict[str, tuple[int, int, int] | None] = {
-    "zstd": (1, 22, 3),
+    "zstd": (1, 22, 2),
     "gzip": (1, 9, 9),
     "xz": (0, 9, 6),
     "lzo": (1, 9, 8),
@@ -133,11 +135,13 @@ class Compression:
         return args
 
 
-#: zstd level 3, from benchmarks/squash_bench.py (857 MiB rootfs: Debian minbase + torch CPU
-#: wheel, 2 cores): 4.3 s, 268 MiB, as fast as level 1 (export-bound) and 5% smaller; 2.6x
-#: faster and 2.9x smaller than enroot's `tar -x` + `mksquashfs -comp lzo -noD` (11.4 s,
-#: 770 MiB); level 9 takes 2.8x the time for 7% less. The script's docstring has the table.
-DEFAULT_COMPRESSION = Compression("zstd", 3)
+#: zstd level 2 in 128 KiB blocks, from benchmarks/squash_bench.py --table (2 cores; the
+#: README has the table): against level 3, 2 to 3 % larger and 10 to 20 % less compressor
+#: CPU (tar2sqfs alone on the demo image's 1 GiB: 5.6 against 6.7-8.0 CPU-seconds), which on
+#: the few cores of a CI runner or a busy login node is most of a squash; level 1 saves
+#: another 10 % for 3.5 % more; decompression reads back at the same speed at every level.
+#: Bigger blocks are smaller but slower to read cold (DEFAULT_BLOCK_SIZE).
+DEFAULT_COMPRESSION = Compression("zstd", 2)
 
 
 def parse_compression(algorithm: str | None, level: int | None,

@@ -57,7 +57,8 @@ def walk_command(xattrs: Sequence[str]) -> list[str]:
     recursing in name order. Its flags match the engines' export: pax format (xattrs need
     it) without the atime/ctime/sub-second mtime records they do not write, no user or
     group names."""
-    return ["tar", "--create", "--file=-", "--null", "--files-from=-", "--sort=name",
+    return ["tar", "--create", "--file=-", "--record-size=1M", "--null", "--files-from=-",
+            "--sort=name",
             "--numeric-owner", "--format=posix",
             "--pax-option=delete=atime,delete=ctime,delete=mtime", "--xattrs",
             *(f"--xattrs-include={pattern}" for pattern in xattrs),

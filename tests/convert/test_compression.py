@@ -84,4 +84,4 @@ def test_both_commands_take_the_settings(command: str) -> None:
     assert parse_compression(args.compression, args.level, args.block_size) == \
         Compression("zstd", 5, 256 << 10)
     assert str(Compression("zstd", 5, 256 << 10)) == "zstd:5, 256K blocks"
-    assert str(DEFAULT_COMPRESSION) == "zstd:3"
+    assert str(DEFAULT_COMPRESSION) == "zstd:2"

@@ -89,6 +89,20 @@ def test_3_squashfs_holds_the_image(env: dict) -> None:
     assert any("Squashfs" in json.dumps(o) or "FS" in json.dumps(o) for o in objects), objects
 
 
+def test_3b_build_squashed_without_export_and_export_agrees(env: dict, tmp_path: Path,
+                                                           capsys) -> None:
+    """`build --squash` read the image from the engine's storage (no `docker export`); the
+    export path gives the same bytes (SBOM and runtime files included)."""
+    record = json.loads((env["artifacts"] / f"{RECIPE}.artifacts.json").read_text())
+    sqsh = next(a for a in record["artifacts"] if a["kind"] == "sqsh")
+    assert sqsh["timings"]["read_by"].startswith("overlay2 storage, ")
+    code = main(["squash", RECIPE, "--formats", "sqsh", "--read", "export",
+                 "--output-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "read: docker export" in out
+    assert (tmp_path / f"{RECIPE}.sqsh.sha256").read_text().split()[0] == sqsh["sha256"]
+
+
 def test_4_edf_is_valid_toml(env: dict) -> None:
     edf = tomllib.loads((env["artifacts"] / f"{RECIPE}.toml").read_text())
     assert edf["image"].endswith(f"{RECIPE}.sqsh")
