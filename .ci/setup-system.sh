@@ -10,7 +10,8 @@
 #   IMAGEBUILD_REGISTRY_ADDR    registry listen addr   (default 127.0.0.1:5000)
 #   IMAGEBUILD_REGISTRY_DIR     registry storage dir   (default /var/lib/imagebuild-registry)
 #   IMAGEBUILD_SLURM_DIR        SLURM state, spool and logs (default /var/lib/imagebuild-slurm)
-#   IMAGEBUILD_ENROOT_USER      unprivileged user the enroot tests run as (default imagebuild-enroot)
+#   IMAGEBUILD_ENROOT_USER      unprivileged user the enroot and rootless podman tests run as
+#                               (default imagebuild-enroot)
 #   IMAGEBUILD_SKIP_APT=1       skip apt-get (packages already installed)
 set -euo pipefail
 
@@ -41,6 +42,8 @@ PACKAGES=(
     git ca-certificates curl xz-utils
     binutils             # readelf: the network-plugin check reads symbol versions from ELF files
     shellcheck           # lints every job script of the generated CI pipelines
+    uidmap python3       # rootless podman as an unprivileged user (newuidmap), and the
+                         # system Python that runs imagebuild as that user
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -382,6 +385,13 @@ else
     useradd --create-home --shell /bin/bash --comment "imagebuild tests, enroot unprivileged" \
         "$ENROOT_TEST_USER"
     say "enroot: created unprivileged test user $ENROOT_TEST_USER"
+fi
+# Rootless podman (the squash tests read its storage as that user) needs subordinate IDs;
+# Debian's useradd allots them (login.defs SUB_UID_*), other setups may not.
+if ! grep -q "^$ENROOT_TEST_USER:" /etc/subuid 2>/dev/null \
+        || ! grep -q "^$ENROOT_TEST_USER:" /etc/subgid 2>/dev/null; then
+    usermod --add-subuids 200000-265535 --add-subgids 200000-265535 "$ENROOT_TEST_USER"
+    say "rootless podman: subordinate IDs 200000-265535 for $ENROOT_TEST_USER"
 fi
 
 say "done in $(( $(date +%s) - started )) s"
