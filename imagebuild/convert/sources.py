@@ -226,10 +226,8 @@ class DockerSource:
                 from exc
         try:
             with storage.mountpoint() as mountpoint:
-                read = _storage_read(
-                    self.read, self.ref, self._runner,
-                    lambda: storage.overlay_layers(container.attrs.get("GraphDriver") or {})
-                    .read(mountpoint))
+                read = _storage_read(self.read, self.ref, self._runner,
+                                     lambda: self._layers(container).read(mountpoint))
                 if read is not None:
                     self.read_by = read.description
                     with storage.storage_tar(read, self.ref, self._runner) as stream:
@@ -244,6 +242,14 @@ class DockerSource:
             except docker.errors.APIError:
                 pass  # the result stands; a stray stopped container is harmless
 
+    def _layers(self, container: Any) -> storage.OverlayLayers:
+        graph_driver = container.attrs.get("GraphDriver") or {}
+        if graph_driver.get("Name") != "overlay2":  # no need to ask the daemon more
+            return storage.overlay_layers(graph_driver)
+        info = self._docker().info()
+        return storage.overlay_layers(graph_driver,
+                                      security_options=info.get("SecurityOptions") or ())
+
     @contextmanager
     def _export(self, container: Any) -> Iterator[BinaryIO]:
         import docker
@@ -255,7 +261,10 @@ class DockerSource:
             except (requests.RequestException, docker.errors.APIError) as exc:
                 raise EngineError(f"docker: exporting {self.ref!r} broke off: {exc}") from exc
 
-        chunks = container.export(chunk_size=_EXPORT_CHUNK)
+        try:
+            chunks = container.export(chunk_size=_EXPORT_CHUNK)
+        except (requests.RequestException, docker.errors.APIError) as exc:
+            raise EngineError(f"docker: exporting {self.ref!r} failed: {exc}") from exc
         try:
             yield io.BufferedReader(ChunkStream(guarded(chunks)), buffer_size=_EXPORT_CHUNK)
         finally:

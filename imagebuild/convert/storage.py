@@ -25,7 +25,9 @@ is not visible here, a kernel or sandbox refusing the mount) reads through the e
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,8 +41,10 @@ from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError
 
 #: The tools a read runs; util-linux, GNU findutils, coreutils and tar are in every
-#: Debian/RHEL base system.
-_TOOLS = ("unshare", "mount", "find", "sort", "tar")
+#: Debian/RHEL base system. --sort=name needs GNU tar 1.28 (2014).
+_WALK_TOOLS = ("find", "sort", "tar")
+_MOUNT_TOOLS = ("unshare", "mount")
+_GNU_TAR = re.compile(r"\(GNU tar\) (\d+)\.(\d+)")
 #: mount(2) takes one page of options; overlay2's short layer names keep 128 layers in it.
 _MAX_OPTIONS = 4096
 
@@ -132,8 +136,35 @@ class OverlayLayers:
         return StorageRead(argv, self.root, self.describe())
 
 
-def overlay_layers(graph_driver: Mapping[str, Any], *, euid: int | None = None
-                   ) -> OverlayLayers:
+def check_tools(tools: Sequence[str]) -> None:
+    """StorageUnavailable unless ``tools`` are on PATH and tar is GNU tar >= 1.28."""
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        raise StorageUnavailable(f"{', '.join(missing)} not found on PATH")
+    if not _gnu_tar_sorts():
+        raise StorageUnavailable("tar on PATH is not GNU tar 1.28 or newer (--sort=name)")
+
+
+@functools.cache
+def _gnu_tar_sorts() -> bool:
+    try:
+        said = subprocess.run(["tar", "--version"], capture_output=True, text=True,
+                              check=False, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    match = _GNU_TAR.search(said)
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (1, 28)
+
+
+def userns_remapped(security_options: Sequence[str]) -> bool:
+    """Whether dockerd runs with ``userns-remap`` (``docker info``'s SecurityOptions hold
+    ``name=userns``): its layers then store files under the remapped IDs, which only its
+    own export maps back."""
+    return any("name=userns" in option for option in security_options)
+
+
+def overlay_layers(graph_driver: Mapping[str, Any], *, euid: int | None = None,
+                   security_options: Sequence[str] = ()) -> OverlayLayers:
     """The layers of a container from its ``GraphDriver`` (``docker container inspect``),
     or StorageUnavailable saying why they cannot be read here."""
     euid = os.geteuid() if euid is None else euid
@@ -143,9 +174,10 @@ def overlay_layers(graph_driver: Mapping[str, Any], *, euid: int | None = None
     data = graph_driver.get("Data") or {}
     if name != "overlay2" or not data.get("UpperDir"):
         raise StorageUnavailable(f"the engine's storage driver is {name}, not overlay2")
-    missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
-    if missing:
-        raise StorageUnavailable(f"{', '.join(missing)} not found on PATH")
+    if userns_remapped(security_options):
+        raise StorageUnavailable("the engine remaps user namespaces (userns-remap): its "
+                                 "layers hold other owners than the image's")
+    check_tools(_MOUNT_TOOLS + _WALK_TOOLS)
     dirs = [data["UpperDir"], *filter(None, (data.get("LowerDir") or "").split(":"))]
     links = []
     roots = set()
@@ -170,9 +202,7 @@ def overlay_layers(graph_driver: Mapping[str, Any], *, euid: int | None = None
 def podman_read(podman: str, container: str, *, rootless: bool) -> StorageRead:
     """``podman mount`` of a container and the walk, in podman's user namespace when
     rootless (its storage is owned by the user's subordinate IDs there)."""
-    missing = [tool for tool in _TOOLS[2:] if shutil.which(tool) is None]
-    if missing:
-        raise StorageUnavailable(f"{', '.join(missing)} not found on PATH")
+    check_tools(_WALK_TOOLS)
     prefix = (podman, "unshare") if rootless else ()
     argv = (*prefix, "sh", "-ec", _PODMAN_SCRIPT, "sh", podman, container, "{mode}",
             *walk_command(PODMAN_XATTRS))

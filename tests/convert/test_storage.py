@@ -285,14 +285,37 @@ def test_layers_from_graph_driver(tmp_path: Path) -> None:
     ("vfs", 0, "storage driver is vfs, not overlay2"),
     ("missing-link", 0, "is not readable here"),
     ("too-many", 0, "do not fit in one overlay mount"),
+    ("userns", 0, "remaps user namespaces (userns-remap)"),
 ])
 def test_why_storage_cannot_be_read(tmp_path: Path, graph: str, euid: int, said: str) -> None:
     data = _graph(tmp_path, 200 if graph == "too-many" else 2,
                   name="vfs" if graph == "vfs" else "overlay2")
     if graph == "missing-link":
         (tmp_path / "layer1" / "link").unlink()
+    # as `docker info` says it with --userns-remap=default
+    options = ("name=seccomp,profile=default", "name=userns") if graph == "userns" else ()
     with pytest.raises(storage.StorageUnavailable, match=re.escape(said)):
-        storage.overlay_layers(data, euid=euid)
+        storage.overlay_layers(data, euid=euid, security_options=options)
+
+
+@pytest.fixture
+def busybox_tar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A tar on PATH that is not GNU tar (busybox's has no --sort)."""
+    fake = tmp_path / "bin" / "tar"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'tar (busybox) 1.36.1'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    storage._gnu_tar_sorts.cache_clear()
+    yield
+    storage._gnu_tar_sorts.cache_clear()
+
+
+def test_storage_needs_gnu_tar(tmp_path: Path, busybox_tar: None) -> None:
+    with pytest.raises(storage.StorageUnavailable, match="not GNU tar 1.28 or newer"):
+        storage.overlay_layers(_graph(tmp_path, 2), euid=0)
+    with pytest.raises(storage.StorageUnavailable, match="not GNU tar 1.28 or newer"):
+        storage.podman_read("podman", "c0ffee", rootless=True)
 
 
 # --- rootless podman, as HPC login nodes run it -------------------------------------------------
