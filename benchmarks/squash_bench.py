@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -72,6 +71,7 @@ from imagebuild.convert.squashfs import (
     parse_size,
     squash_image,
 )
+from imagebuild.convert.timings import children_cpu
 
 LIBS_IMAGE = "imagebuild-bench/torch:latest"
 DEFAULT_GRID = "zstd:1,zstd:2,zstd:3,zstd:5,zstd:9,zstd:3/256K,zstd:3/1M,lz4,gzip:6"
@@ -233,12 +233,12 @@ def run_enroot(image: str, out: Path) -> Run:
         subprocess.run(["find", str(rootfs), "-maxdepth", "15", "-type", "d", "!", "-perm",
                         "-u=w", "-exec", "chmod", "-f", "u+w", "{}", "+"], check=False)
         parts["fixperms (chmod -R, find)"] = time.monotonic() - step
-        step, cpu = time.monotonic(), _children_cpu()
+        step, cpu = time.monotonic(), children_cpu()
         subprocess.run(["mksquashfs", str(rootfs), str(target), "-all-root", "-no-progress",
                         "-processors", str(os.cpu_count() or 1), "-comp", "lzo", "-noD"],
                        check=True, stdout=subprocess.DEVNULL)
         parts["mksquashfs -comp lzo -noD"] = time.monotonic() - step
-        parts["  CPU: mksquashfs"] = _children_cpu() - cpu
+        parts["  CPU: mksquashfs"] = children_cpu() - cpu
         seconds = time.monotonic() - started
     finally:
         subprocess.run([DOCKER, "rm", "-f", name], capture_output=True, check=False)
@@ -293,11 +293,6 @@ def run_buildkit_output(image: str, out: Path) -> Run:
     target.unlink()
     target.with_name(target.name + ".sha256").unlink(missing_ok=True)
     return run
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 METHODS: dict[str, tuple[str, Callable[[str, Path], Run]]] = {

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.convert.formats import parse_formats
-from imagebuild.convert.sources import READ_METHODS
+from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
@@ -38,10 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--squash", default=None, metavar="FORMATS",
                         help="also convert the image: sqsh, sif or sqsh,sif")
     add_compression_arguments(parser)
-    parser.add_argument("--read", choices=READ_METHODS, default="auto",
-                        help="how the built image's files are read for --squash: storage "
-                             "(mounted from the engine's storage), export (docker/podman "
-                             "export), auto (storage where it can be; default). Same bytes")
+    add_read_argument(parser)
     parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
                         help="site profile for the EDF written beside the .sqsh "
                              "(e.g. cscs-beverin, lumi; default $IMAGEBUILD_SITE)")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
-from imagebuild.convert.sources import READ_METHODS, DockerSource, open_source
+from imagebuild.convert.sources import DockerSource, add_read_argument, open_source
 from imagebuild.convert.squashfs import (
     add_compression_arguments,
     find_squash_tool,
@@ -65,10 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ROCm version of the image (default: the recipe's)")
     parser.add_argument("--backend", choices=("auto", "docker", "podman"), default="auto",
                         help="container engine holding the image (default: auto)")
-    parser.add_argument("--read", choices=READ_METHODS, default="auto",
-                        help="how a Docker image's filesystem is read: storage (its overlay2 "
-                             "layers mounted here; root), export (docker export), auto "
-                             "(storage where possible; default). The same bytes either way")
+    add_read_argument(parser)
     parser.add_argument("--timings", action="store_true",
                         help="print where the squash's seconds went (setup, stream with the "
                              "CPU time of reading, filtering and compressing, hash+fsync)")

@@ -169,6 +169,15 @@ class TarballSource:
 READ_METHODS = ("auto", "storage", "export")
 
 
+def add_read_argument(parser: Any) -> None:
+    """--read, as squash and build take it."""
+    parser.add_argument("--read", choices=READ_METHODS, default="auto",
+                        help="how the image's files are read: storage (mounted from the "
+                             "engine's storage: Docker as root on overlay2, podman), export "
+                             "(docker/podman export), auto (storage where it can be; default). "
+                             "The same bytes either way")
+
+
 class DockerSource:
     """An image in a Docker engine, read through the docker SDK: the filesystem of a
     created (never started) container, straight from overlay2 storage when that can be read

@@ -48,7 +48,7 @@ from imagebuild.convert.tarfilter import (
     StreamStats,
     filter_rootfs_tar,
 )
-from imagebuild.convert.timings import SquashTimings, children_cpu, thread_cpu
+from imagebuild.convert.timings import SquashTimings, children_cpu
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
 from imagebuild.files import remove_quietly, temporary_name
@@ -381,7 +381,7 @@ def squash_image(
 
         def feed(stdin: IO[bytes]) -> StreamStats:
             with source.rootfs_tar() as stream:
-                marks["open"], filter_started = time.monotonic(), thread_cpu()
+                marks["open"], filter_started = time.monotonic(), time.thread_time()
                 try:
                     stats = filter_rootfs_tar(stream, stdin, entries, clamp_mtime=epoch,
                                               keep_root_entry=tool.name == "tar2sqfs",
@@ -391,7 +391,7 @@ def squash_image(
                 except (tarfile.TarError, OSError) as exc:
                     raise SquashError(f"export: reading the filesystem of {source.description} "
                                       f"failed: {exc}") from exc
-                marks["filter_cpu"] = thread_cpu() - filter_started
+                marks["filter_cpu"] = time.thread_time() - filter_started
             marks["reader_cpu"] = children_cpu()  # the reader has been waited for
             return stats
 

@@ -17,10 +17,11 @@ GNU tar then writes what the engines' pkg/archive writes for an export: the same
 the same order (a depth-first walk with each directory's names in byte order), numeric
 owners, whole-second mtimes, hard links to the first name walked, and only the extended
 attributes the engine exports. The squashfs is byte-identical to the exported one
-(tests/convert/test_storage.py, tests/convert/test_podman_storage.py).
+(tests/convert/test_storage.py, both engines, rootless podman included).
 
 Anything else (Docker as non-root, another Docker storage driver, a daemon whose data root
-is not visible here, a kernel or sandbox refusing the mount) reads through the export.
+is not visible here or that remaps user namespaces, a tar that is not GNU tar, a kernel or
+sandbox refusing the mount) reads through the export.
 """
 
 from __future__ import annotations

@@ -145,7 +145,6 @@ class PipeWriter:
     passing through Python. ``count`` is what went in, either way."""
 
     def __init__(self, pipe: IO[bytes]):
-        self._pipe = pipe
         self._fd = pipe.fileno()
         self._pending = bytearray()
         self.count = 0
@@ -160,7 +159,6 @@ class PipeWriter:
         return len(data)
 
     def flush(self) -> None:
-        self._pipe.flush()  # nothing is written through it, but keep it honest
         view = memoryview(self._pending)
         written = 0
         try:

@@ -12,7 +12,6 @@ from dockerd's /proc entry.
 from __future__ import annotations
 
 import resource
-import time
 from dataclasses import dataclass
 
 
@@ -20,10 +19,6 @@ def children_cpu() -> float:
     """User + system seconds of every child waited for so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def thread_cpu() -> float:
-    return time.thread_time()
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class Crafted:
     expected: dict[str, tuple]
 
 
-def _add(tar: tarfile.TarFile, expected: dict, name: str, kind: str = "file",
+def add_member(tar: tarfile.TarFile, expected: dict, name: str, kind: str = "file",
          data: bytes = b"", mode: int = 0o644, uid: int = 0, gid: int = 0, link: str = "",
          xattrs: dict[str, bytes] | None = None, mtime: int = MTIME) -> None:
     info = tarfile.TarInfo(name)
@@ -59,7 +59,7 @@ def craft_rootfs(path: Path) -> Crafted:
     """A small rootfs in docker-export style (relative names, no root entry)."""
     expected: dict[str, tuple] = {}
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
-        add = functools.partial(_add, tar, expected)
+        add = functools.partial(add_member, tar, expected)
         add("bin", "dir", mode=0o755)
         add("bin/sh-ish", data=b"#!/bin/sh\necho hi\n", mode=0o755)
         add("bin/su", data=b"\x7fELF fake setuid binary", mode=0o4755)

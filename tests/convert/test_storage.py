@@ -9,6 +9,7 @@ a VOLUME, and a WORKDIR the engine creates at container creation.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pwd
@@ -32,6 +33,7 @@ from imagebuild.convert.sources import DockerSource, ImageSource, PodmanSource
 from imagebuild.convert.squashfs import squash_image
 from imagebuild.engine.runner import CommandRunner
 from imagebuild.errors import EngineError
+from tests.convert.conftest import add_member
 from tests.support.enroot import shared_directory
 from tests.support.squashfs import Member, members_of_tar, read_squashfs
 
@@ -326,24 +328,17 @@ ROOTLESS_IMAGE = "localhost/imagebuild-test/rootless:storage"
 def _rootless_rootfs(path: Path) -> None:
     """A small image of what a user's rootless storage must map back: owners other than
     root (stored under the user's subordinate IDs), setuid, a hard link, a user xattr."""
-    def add(tar: tarfile.TarFile, name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"",
-            mode: int = 0o644, owner: int = 0, link: str = "",
-            pax: dict[str, str] | None = None) -> None:
-        info = tarfile.TarInfo(name)
-        info.type, info.mode, info.uid, info.gid, info.linkname = kind, mode, owner, owner, link
-        info.mtime, info.size, info.pax_headers = 1_600_000_000, len(data), pax or {}
-        tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
-
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
-        add(tar, "bin", tarfile.DIRTYPE, mode=0o755)
-        add(tar, "bin/tool", data=b"tool", mode=0o4755)
-        add(tar, "bin/tool-link", tarfile.LNKTYPE, mode=0o4755, link="bin/tool")
-        add(tar, "home", tarfile.DIRTYPE, mode=0o755)
-        add(tar, "home/alice", tarfile.DIRTYPE, mode=0o700, owner=1234)
-        add(tar, "home/alice/notes", data=b"alice", owner=1234,
-            pax={"SCHILY.xattr.user.origin": "test"})
-        add(tar, "etc", tarfile.DIRTYPE, mode=0o755)
-        add(tar, "etc/tool", tarfile.SYMTYPE, mode=0o777, link="../bin/tool")
+        add = functools.partial(add_member, tar, {})
+        add("bin", "dir", mode=0o755)
+        add("bin/tool", data=b"tool", mode=0o4755)
+        add("bin/tool-link", "hardlink", mode=0o4755, link="bin/tool")
+        add("home", "dir", mode=0o755)
+        add("home/alice", "dir", mode=0o700, uid=1234, gid=1234)
+        add("home/alice/notes", data=b"alice", uid=1234, gid=1234,
+            xattrs={"user.origin": b"test"})
+        add("etc", "dir", mode=0o755)
+        add("etc/tool", "symlink", mode=0o777, link="../bin/tool")
 
 
 def _imagebuild_as_user() -> list[str]:
