@@ -32,13 +32,13 @@ from imagebuild.convert.squashfs import (
     reproducible_epoch,
 )
 from imagebuild.engine.base import Engine
-from imagebuild.engine.build import ImageRef, build_image, resolve_site_ca
+from imagebuild.engine.build import build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.engine.push import PushedImage, push_image
 from imagebuild.engine.select import detect_engine
-from imagebuild.engine.tags import BUILD_HASH_LABEL, build_tag, latest_tag
 from imagebuild.errors import LockError
 from imagebuild.generated import write_all
+from imagebuild.images import BUILD_HASH_LABEL, ImageRef, build_tag, latest_tag
 from imagebuild.lock.check import current_lock
 from imagebuild.lock.epoch import EPOCH_BUILD_ARG
 from imagebuild.lock.model import Lock

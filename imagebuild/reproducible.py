@@ -23,11 +23,11 @@ from imagebuild.convert.reproducible import Comparison, compare_squashfs
 from imagebuild.convert.sources import source_for_engine
 from imagebuild.convert.squashfs import find_squash_tool, squash_image
 from imagebuild.engine.base import Engine
-from imagebuild.engine.build import ImageRef, build_image, resolve_site_ca
+from imagebuild.engine.build import build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
-from imagebuild.engine.tags import BUILD_HASH_LABEL, build_tag, image_repository
 from imagebuild.errors import LockError
 from imagebuild.files import sha256_file
+from imagebuild.images import BUILD_HASH_LABEL, ImageRef, build_tag, image_repository
 from imagebuild.lock.check import current_lock
 from imagebuild.pipeline import BuildOptions, BuildResult, context_hash, epoch_build_args
 from imagebuild.recipe.model import Recipe, short_hash

@@ -48,7 +48,7 @@ def torch_wheel() -> Path:
     return found[-1]
 
 
-#: The demo's recipe name and the image tag a build of it gets (imagebuild.engine.tags).
+#: The demo's recipe name and the image tag a build of it gets (imagebuild.images).
 DEMO_RECIPE = "cpu-demo"
 DEMO_IMAGE = f"imagebuild/{DEMO_RECIPE}:latest"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from imagebuild.ci.config import CIConfig
 from imagebuild.ci.inputs import RecipeInputs, path_matches
-from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import CommandFailed, EngineError, ImagebuildError
+from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 
 #: Seconds `git diff` may take before the caller falls back to building everything.
 GIT_DIFF_TIMEOUT_S = 120

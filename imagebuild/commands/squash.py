@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild import images
 from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
 from imagebuild.convert.sources import DockerSource, add_read_argument, open_source
@@ -22,7 +23,6 @@ from imagebuild.convert.squashfs import (
     find_squash_tool,
     parse_compression,
 )
-from imagebuild.engine import tags as images
 from imagebuild.errors import SquashError
 from imagebuild.recipe.load import load_recipe, project_dir
 

@@ -15,9 +15,9 @@ from imagebuild.convert.squashfs import (
     squash_image,
 )
 from imagebuild.convert.tarfilter import StreamObserver
-from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import SquashError
 from imagebuild.files import remove_quietly
+from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 
 FORMATS = ("sqsh", "sif")
 

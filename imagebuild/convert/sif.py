@@ -26,9 +26,9 @@ from pathlib import Path
 from imagebuild.convert.artifacts import Artifact, publish
 from imagebuild.convert.sources import ImageConfig
 from imagebuild.convert.squashfs import reproducible_epoch
-from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
 from imagebuild.files import sha256_file, temporary_name
+from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 
 #: SIF global header: the first 32 bytes are a launch script ("#!/usr/bin/env
 #: run-singularity\n" in sylabs/sif OptCreateWithLaunchScript); siftool writes zeros.

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from imagebuild.convert import storage
-from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
+from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 
 #: A never-executed placeholder command: ``create`` refuses an image without CMD otherwise.
 _PLACEHOLDER_CMD = ["/.imagebuild-export-placeholder"]

@@ -49,10 +49,10 @@ from imagebuild.convert.tarfilter import (
     filter_rootfs_tar,
 )
 from imagebuild.convert.timings import SquashTimings, children_cpu
-from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError, SquashError
 from imagebuild.files import remove_quietly, temporary_name
 from imagebuild.lock.epoch import EPOCH_LABEL
+from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 
 # --- compression ------------------------------------------------------------------------------
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import EngineError
+from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 
 #: The tools a read runs; util-linux, GNU findutils, coreutils and tar are in every
 #: Debian/RHEL base system. --sort=name needs GNU tar 1.28 (2014).

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine.runner import CommandResult, CommandRunner, LineCallback
+from imagebuild.images import normalize_image_id
+from imagebuild.process import CommandResult, CommandRunner, LineCallback
 
 
 @dataclass(frozen=True)
@@ -34,29 +35,6 @@ class BuildRequest:
     no_cache: bool = False
     #: file the engine writes the built image id into.
     iidfile: Path | None = None
-
-
-def split_reference(ref: str) -> tuple[str, str | None]:
-    """``registry:5000/name:tag`` -> (``registry:5000/name``, ``tag``); digests are kept."""
-    if "@" in ref:
-        return ref, None
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    if colon > slash:
-        return ref[:colon], ref[colon + 1:]
-    return ref, None
-
-
-def normalize_image_id(image_id: str) -> str:
-    """Podman reports bare hex ids, docker ``sha256:<hex>``: always the latter."""
-    image_id = image_id.strip()
-    return image_id if ":" in image_id else f"sha256:{image_id}"
-
-
-def is_loopback_registry(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0][1:]
-    return name in ("localhost", "127.0.0.1", "::1") or name.startswith("127.")
-
 
 
 @dataclass(frozen=True)

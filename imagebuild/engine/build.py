@@ -29,6 +29,7 @@ from imagebuild.engine.base import BuildRequest, Engine
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.progress import BuildEvent, BuildFailure, BuildLogParser
 from imagebuild.errors import BuildError, EngineError
+from imagebuild.images import ImageRef
 from imagebuild.render.layout import SITE_CA
 
 ProgressCallback = Callable[[BuildEvent], None]
@@ -37,16 +38,6 @@ ProgressCallback = Callable[[BuildEvent], None]
 SITE_CA_SECRET_ID = "site-ca"
 SITE_CA_PATH = SITE_CA  # where the rendered Dockerfiles mount it (render.layout)
 SITE_CA_ENV = "IMAGEBUILD_SITE_CA"
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """A built image: the reference to use, the engine's image id, every tag applied."""
-
-    ref: str
-    image_id: str
-    tags: tuple[str, ...]
-    backend: str
 
 
 @dataclass(frozen=True)

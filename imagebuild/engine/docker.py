@@ -19,10 +19,10 @@ from imagebuild.engine.base import (
     Engine,
     RunResult,
     build_flags,
-    split_reference,
 )
-from imagebuild.engine.runner import CommandRunner
 from imagebuild.errors import EngineError
+from imagebuild.images import split_reference
+from imagebuild.process import CommandRunner
 
 #: Environment variable forcing the docker client binary (path or name on PATH).
 DOCKER_BINARY_ENV = "IMAGEBUILD_DOCKER"

@@ -14,11 +14,11 @@ from imagebuild.engine.base import (
     Engine,
     RunResult,
     build_flags,
-    is_loopback_registry,
     last_line,
 )
-from imagebuild.engine.runner import CommandResult, CommandRunner
 from imagebuild.errors import EngineError
+from imagebuild.images import is_loopback_registry
+from imagebuild.process import CommandResult, CommandRunner
 
 
 class PodmanEngine(Engine):

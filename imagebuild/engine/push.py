@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imagebuild.engine.base import Engine, split_reference
-from imagebuild.engine.build import ImageRef, RetryPolicy, classify_failure
+from imagebuild.engine.base import Engine
+from imagebuild.engine.build import RetryPolicy, classify_failure
 from imagebuild.errors import EngineError
+from imagebuild.images import ImageRef, split_reference
 
 _DEFAULT_RETRY = RetryPolicy()
 

@@ -13,8 +13,8 @@ from typing import Any, Literal
 from imagebuild.engine.base import Engine, last_line
 from imagebuild.engine.docker import DockerEngine, find_docker_client
 from imagebuild.engine.podman import PodmanEngine
-from imagebuild.engine.runner import CommandRunner
 from imagebuild.errors import EngineError
+from imagebuild.process import CommandRunner
 
 Backend = Literal["auto", "docker", "podman"]
 BACKENDS: tuple[str, ...] = ("auto", "docker", "podman")

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import requests
 
-from imagebuild.engine.base import is_loopback_registry, split_reference
 from imagebuild.errors import SourceError
 from imagebuild.files import sha256_bytes
 from imagebuild.http import GaveUp, HttpClient, Retryable, is_retryable_status, is_transient
+from imagebuild.images import is_loopback_registry, split_reference
 
 # Asking for an index first: a multi-arch tag then resolves to its index digest, which is
 # what `docker pull name@digest` expects.

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
 from imagebuild.errors import CommandFailed, HashMismatch, LockError, SourceError, StaleFile
 from imagebuild.files import write_text_atomic
 from imagebuild.lock.epoch import relock_text
@@ -38,6 +37,7 @@ from imagebuild.lock.index import IndexFile, WheelIndex, supported_tags
 from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit
 from imagebuild.lock.requires import PinnedWheel, check_pins_agree
+from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 from imagebuild.recipe.model import ROCM_SELECTOR, Recipe
 
 if TYPE_CHECKING:

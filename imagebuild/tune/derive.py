@@ -37,10 +37,10 @@ from imagebuild.convert.formats import convert
 from imagebuild.convert.sources import source_for_engine
 from imagebuild.convert.squashfs import Compression, find_squash_tool
 from imagebuild.engine.base import Engine
-from imagebuild.engine.build import ImageRef, build_image, resolve_site_ca
+from imagebuild.engine.build import build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
-from imagebuild.engine.tags import BUILD_HASH_LABEL, image_repository
 from imagebuild.files import canonical_digest
+from imagebuild.images import BUILD_HASH_LABEL, ImageRef, image_repository
 from imagebuild.lock.check import current_lock
 from imagebuild.lock.model import Lock
 from imagebuild.recipe.model import Recipe, short_hash

@@ -64,7 +64,7 @@ class EventStream:
 def stream_command(argv: Sequence[str], stream: EventStream, env: Mapping[str, str] | None,
                    runner: Any = None) -> int:
     """Run ``argv`` through the one process runner, its output lines into ``stream``."""
-    from imagebuild.engine.runner import CommandRunner
+    from imagebuild.process import CommandRunner
 
     runner = runner or CommandRunner()
     result = runner.run(argv, env=env, on_line=stream.line, keep_lines=1)

@@ -21,14 +21,14 @@ class Target:
 
 def resolve_target(target: str | None, project: Path | None = None) -> Target:
     """No target: this environment. A .sif or .sqsh file: that file. A recipe name or
-    file: its latest build (imagebuild.engine.tags). Anything else: an image reference."""
+    file: its latest build (imagebuild.images). Anything else: an image reference."""
     if not target:
         return Target("environment")
     if target.endswith(".sif"):
         return Target("sif", str(Path(target).resolve()))
     if target.endswith((".sqsh", ".squashfs")):
         return Target("sqsh", str(Path(target).resolve()))
-    from imagebuild.engine.tags import resolve_target as resolve_image
+    from imagebuild.images import resolve_target as resolve_image
 
     resolved = resolve_image(target, project)
     return Target("image", resolved.image, recipe=resolved.recipe.name if resolved.recipe else None)

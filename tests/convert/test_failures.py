@@ -15,8 +15,8 @@ import pytest
 
 from imagebuild.convert.sources import ImageConfig, TarballSource
 from imagebuild.convert.squashfs import SquashTool, find_squash_tool, squash_image
-from imagebuild.engine.runner import CommandRunner
 from imagebuild.errors import SquashError
+from imagebuild.process import CommandRunner
 from tests.convert.conftest import CONFIG, Crafted
 
 

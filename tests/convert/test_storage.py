@@ -31,8 +31,8 @@ from imagebuild import cli
 from imagebuild.convert import storage
 from imagebuild.convert.sources import DockerSource, ImageSource, PodmanSource
 from imagebuild.convert.squashfs import squash_image
-from imagebuild.engine.runner import CommandRunner
 from imagebuild.errors import EngineError
+from imagebuild.process import CommandRunner
 from tests.convert.conftest import add_member
 from tests.support.enroot import shared_directory
 from tests.support.squashfs import Member, members_of_tar, read_squashfs

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from imagebuild.cli import main
-from imagebuild.engine.tags import BUILD_HASH_LABEL, latest_tag
+from imagebuild.images import BUILD_HASH_LABEL, latest_tag
 from tests.support.engine_env import imagebuild_env
 from tests.support.squashfs import cat, read_squashfs, sif_objects
 

@@ -18,7 +18,7 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.convert.sbom import IMAGE_SBOM, validation_errors
 from imagebuild.convert.sizes import leftovers
-from imagebuild.engine.tags import latest_tag
+from imagebuild.images import latest_tag
 from imagebuild.lock.lockfile import read_lock
 from tests.support.engine_env import imagebuild_env
 from tests.support.squashfs import cat, read_squashfs

@@ -30,7 +30,7 @@ from imagebuild.cli import main
 from imagebuild.convert.edf_enroot import enroot_start, read_edf
 from imagebuild.convert.tarfilter import HOST_FILES
 from imagebuild.engine.podman import inherited_ulimits
-from imagebuild.engine.tags import latest_tag
+from imagebuild.images import latest_tag
 from testbed.cpu_recipe import TORCH_VERSION
 from tests.support.engine_env import (
     imagebuild_env,

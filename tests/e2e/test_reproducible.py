@@ -13,8 +13,8 @@ import time
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.engine.tags import BUILD_HASH_LABEL, image_repository, latest_tag
 from imagebuild.files import sha256_file
+from imagebuild.images import BUILD_HASH_LABEL, image_repository, latest_tag
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.recipe.model import short_hash
 from testbed.cpu_recipe import RECIPE, torch_wheel

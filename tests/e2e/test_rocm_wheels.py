@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.engine.tags import latest_tag
+from imagebuild.images import latest_tag
 from imagebuild.lock.lockfile import read_lock
 from imagebuild.render.layout import VENV
 from testbed.therock_index import RocmSdkIndex, make_rocm_sdk_index

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.base import BuildRequest, Engine, RunResult
-from imagebuild.engine.runner import CommandResult
 from imagebuild.errors import EngineError
+from imagebuild.process import CommandResult
 
 
 class ReplayEngine(Engine):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.engine.tags import latest_tag
+from imagebuild.images import latest_tag
 from imagebuild.render.dockerfile import TEMPLATES
 from testbed import base_images
 from testbed.plugin_recipe import placeholder_torch, plugin_recipe

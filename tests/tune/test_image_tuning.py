@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.engine.tags import BUILD_HASH_LABEL, latest_tag
+from imagebuild.images import BUILD_HASH_LABEL, latest_tag
 from imagebuild.tune.bundle import bundle_digest, read_bundle
 from imagebuild.tune.derive import BASE_LABEL, BUNDLE_LABEL
 from imagebuild.validate.checks.llama import LLAMA_CPU_SMOKE

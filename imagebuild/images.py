@@ -1,4 +1,8 @@
-"""Image names for recipes, and what a command's TARGET argument means.
+"""Image references: parsing them, naming a recipe's images, what a TARGET argument means.
+
+Every stage may import this module (it starts no process and talks to no engine): lock/
+pins a base image reference, the engine builds and pushes, convert and validate name what
+they read.
 
 A build is tagged ``imagebuild/<recipe>:<build hash>`` (the hash of the rendered Dockerfile
 and every file of its build context, so any input change gives a new tag) and
@@ -17,6 +21,38 @@ from imagebuild.recipe.model import Recipe, short_hash
 REPOSITORY = "imagebuild"
 #: Label holding the build hash; an image whose label matches needs no rebuild.
 BUILD_HASH_LABEL = "org.imagebuild.build-hash"
+
+
+def split_reference(ref: str) -> tuple[str, str | None]:
+    """``registry:5000/name:tag`` -> (``registry:5000/name``, ``tag``); digests are kept."""
+    if "@" in ref:
+        return ref, None
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon > slash:
+        return ref[:colon], ref[colon + 1:]
+    return ref, None
+
+
+def normalize_image_id(image_id: str) -> str:
+    """Podman reports bare hex ids, docker ``sha256:<hex>``: always the latter."""
+    image_id = image_id.strip()
+    return image_id if ":" in image_id else f"sha256:{image_id}"
+
+
+def is_loopback_registry(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0][1:]
+    return name in ("localhost", "127.0.0.1", "::1") or name.startswith("127.")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A built image: the reference to use, the engine's image id, every tag applied."""
+
+    ref: str
+    image_id: str
+    tags: tuple[str, ...]
+    backend: str
 
 
 def image_repository(recipe_name: str) -> str:
