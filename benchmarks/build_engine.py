@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from imagebuild.engine.build import SITE_CA_SECRET_ID, build_image
-from imagebuild.engine.select import detect_engine
+from imagebuild.engine.select import open_engine
 from tests.support import engine_env
 
 MULTISTAGE = REPO / "tests" / "build" / "dockerfiles" / "multistage"
@@ -37,7 +37,7 @@ def timed(label: str, func, *args, **kwargs):
 
 
 def bench(backend: str, fresh_base: bool) -> None:
-    engine = timed(f"[{backend}] detect_engine", detect_engine, backend)
+    engine = timed(f"[{backend}] open_engine", open_engine, backend)
     print(f"[{backend}] engine: {engine.describe()}")
     importer = (engine_env.import_base_image_docker if backend == "docker"
                 else engine_env.import_base_image_podman)
@@ -71,7 +71,7 @@ def fresh_base() -> None:
             else:
                 os.environ["IMAGEBUILD_TEST_CACHE"] = shared
         print(f"{'rootfs tarball size':<44} {tarball.stat().st_size / 2**20:8.1f} MiB")
-        docker = detect_engine("docker")
+        docker = open_engine("docker")
         scratch_tag = f"imagebuild-bench/debian:{uuid.uuid4().hex[:12]}"
         repository, tag = scratch_tag.split(":")
         with open(tarball, "rb") as data:
@@ -87,7 +87,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.fresh_base:
         fresh_base()
-    timed("auto detect_engine", detect_engine)
+    timed("auto open_engine", open_engine)
     for backend in (("docker", "podman") if args.backend == "both" else (args.backend,)):
         bench(backend, args.fresh_base)
     return 0

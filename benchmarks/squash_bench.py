@@ -64,7 +64,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from imagebuild.convert.sources import DockerSource
+from imagebuild.convert.sources import ImageSource
 from imagebuild.convert.squashfs import (
     Compression,
     find_squash_tool,
@@ -72,6 +72,7 @@ from imagebuild.convert.squashfs import (
     squash_image,
 )
 from imagebuild.convert.timings import children_cpu
+from imagebuild.engine.select import open_engine
 
 LIBS_IMAGE = "imagebuild-bench/torch:latest"
 DEFAULT_GRID = "zstd:1,zstd:2,zstd:3,zstd:5,zstd:9,zstd:3/256K,zstd:3/1M,lz4,gzip:6"
@@ -79,6 +80,11 @@ DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 
 
 # --- images -----------------------------------------------------------------------------------
+
+def docker_source(image: str) -> ImageSource:
+    """``image`` in the Docker engine, read as ``imagebuild squash --backend docker`` reads it."""
+    return open_engine("docker", for_build=False).image_source(image)
+
 
 def image_exists(ref: str) -> bool:
     return subprocess.run([DOCKER, "image", "inspect", ref], capture_output=True,
@@ -144,7 +150,7 @@ def make_demo_image(work: Path) -> str:
 def content_of(image: str) -> tuple[int, int]:
     """(file bytes, members) of the image's filesystem."""
     size = members = 0
-    with DockerSource(image).rootfs_tar() as stream, \
+    with docker_source(image).rootfs_tar() as stream, \
             tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             members += 1
@@ -262,7 +268,7 @@ class BuildOutputSource:
         (self.context / "Dockerfile").write_text(f"FROM {image}\n")
 
     def config(self):  # type: ignore[no-untyped-def]
-        return DockerSource(self.image).config()
+        return docker_source(self.image).config()
 
     @contextmanager
     def rootfs_tar(self) -> Iterator:
@@ -451,7 +457,7 @@ def table(image: str, work: Path, grid: str, rounds: int) -> None:
         best = None
         content_of(image)  # the image's files back in the page cache (the reads drop it)
         for _ in range(rounds):
-            result = squash_image(DockerSource(image), target, compression=compression,
+            result = squash_image(docker_source(image), target, compression=compression,
                                   tool=tool)
             best = result.seconds if best is None else min(best, result.seconds)
         warm, full, imported = read_times(target, work)

@@ -24,7 +24,6 @@ from imagebuild.convert.artifacts import (
 )
 from imagebuild.convert.formats import convert
 from imagebuild.convert.inventory import Inventory, InventoryScan, take_inventory
-from imagebuild.convert.sources import source_for_engine
 from imagebuild.convert.squashfs import (
     DEFAULT_COMPRESSION,
     Compression,
@@ -35,7 +34,7 @@ from imagebuild.engine.base import Engine
 from imagebuild.engine.build import build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.engine.push import PushedImage, push_image
-from imagebuild.engine.select import detect_engine
+from imagebuild.engine.select import open_engine
 from imagebuild.errors import LockError
 from imagebuild.generated import write_all
 from imagebuild.images import BUILD_HASH_LABEL, ImageRef, build_tag, latest_tag
@@ -106,7 +105,7 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
     # `build` renders: the committed Dockerfile and EDF are brought up to date first.
     for item in write_all([generated_dockerfile(plan), generated_edf(recipe, project_dir())]):
         say(f"rendered {item.path}")
-    engine = engine or detect_engine(options.backend, builder=options.builder)
+    engine = engine or open_engine(options.backend, builder=options.builder)
     site_ca = resolve_site_ca(options.site_ca)
     seconds["prepare"] = time.monotonic() - started
 
@@ -134,7 +133,7 @@ def build_recipe(recipe: Recipe, options: BuildOptions, *, engine: Engine | None
 
     artifacts: tuple[Artifact, ...] = ()
     squashed = False
-    source = source_for_engine(engine, image.ref, options.read)
+    source = engine.image_source(image.ref, options.read)
     # One pass over the image's files gives the size table and the SBOM: the squash's
     # stream (which then carries the SBOM too), else an export of its own.
     # (dated like the build: the lock's SOURCE_DATE_EPOCH, else the image creation time)
@@ -186,14 +185,14 @@ def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptio
         say(f"artifacts of {image.image_id[:19]} are up to date in {output_dir}")
         return reused, False
     tool = find_squash_tool(None)
-    artifacts = convert(source_for_engine(engine, image.ref, options.read), output_dir,
+    artifacts = convert(engine.image_source(image.ref, options.read), output_dir,
                         recipe.name, options.formats, compression=options.compression, tool=tool,
-                        image_ref=image.ref if engine.backend == "docker" else None,
+                        image_ref=engine.daemon_ref(image.ref),
                         observer=scan)
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
     if options.site and sqsh is not None:
         site = load_site(options.site)
-        config = source_for_engine(engine, image.ref).config()
+        config = engine.image_source(image.ref).config()
         artifacts.append(write_edf_beside(sqsh, recipe.name, site, rocm_version=recipe.rocm,
                                           workdir=config.workdir or None))
     write_record(output_dir, recipe.name, key, artifacts)

@@ -20,7 +20,6 @@ from imagebuild.convert import sif
 from imagebuild.convert.artifacts import Artifact
 from imagebuild.convert.inventory import recipe_scan
 from imagebuild.convert.reproducible import Comparison, compare_squashfs
-from imagebuild.convert.sources import source_for_engine
 from imagebuild.convert.squashfs import find_squash_tool, squash_image
 from imagebuild.engine.base import Engine
 from imagebuild.engine.build import build_image, resolve_site_ca
@@ -99,7 +98,7 @@ def check_reproducible(recipe: Recipe, options: BuildOptions, first: BuildResult
     squashed: list[Artifact] = []
     sifs: list[Path] = []
     for name, image in (("first", first.image), ("second", second)):
-        source = source_for_engine(engine, image.ref)
+        source = engine.image_source(image.ref)
         result = squash_image(source, directory / f"{name}.sqsh",
                               compression=options.compression, tool=tool,
                               observer=recipe_scan(recipe, source))

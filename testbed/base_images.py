@@ -30,7 +30,7 @@ import requests
 
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.podman import PodmanEngine
-from imagebuild.engine.select import detect_engine
+from imagebuild.engine.select import open_engine
 from imagebuild.errors import EngineError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def base_rootfs_tarball(base: DebianBase = BOOKWORM) -> Path:
 def ensure_docker_daemon() -> str | None:
     """Start dockerd and the registry via .ci/setup-system.sh when root; None when usable."""
     try:
-        detect_engine("docker")
+        open_engine("docker")
         return None
     except EngineError as exc:
         reason = str(exc)
@@ -151,7 +151,7 @@ def ensure_docker_daemon() -> str | None:
         subprocess.run(["bash", str(SETUP_SCRIPT)], check=False, capture_output=True,
                        env=dict(os.environ, IMAGEBUILD_SKIP_APT="1"), text=True, timeout=180)
         try:
-            detect_engine("docker")
+            open_engine("docker")
             return None
         except EngineError as exc:
             reason = str(exc)

@@ -58,10 +58,10 @@ def demo_project(project: Path) -> Path:
     loopback registry, and its wheel index directory (served by ``IndexServer``) holding
     the real CPU torch wheel; returns that index directory. scripts/demo and the squash
     benchmark start from it."""
-    from imagebuild.engine.select import detect_engine
+    from imagebuild.engine.select import open_engine
     from testbed import base_images
 
-    engine = detect_engine("docker")
+    engine = open_engine("docker")
     base_images.import_base_image_docker(engine)  # type: ignore[arg-type]
     base = base_images.push_base_image(engine)  # type: ignore[arg-type]
     wheel = torch_wheel()

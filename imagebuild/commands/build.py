@@ -14,7 +14,7 @@ from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
-from imagebuild.engine.select import BACKENDS, detect_engine
+from imagebuild.engine.select import BACKENDS, open_engine
 from imagebuild.errors import BuildError
 from imagebuild.pipeline import BuildOptions, BuildResult, build_recipe, format_sizes
 from imagebuild.recipe.load import load_recipe, project_dir
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    engine = detect_engine(options.backend, builder=options.builder)
+    engine = open_engine(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
         result = build_recipe(recipe, options, engine=engine, say=say, progress=display)
     print(f"image {result.image.ref} ({result.image.image_id[:19]}) "
@@ -116,7 +116,7 @@ def run_tuned(recipe: Recipe, options: BuildOptions, bundle_dir: Path) -> int:
     """The recipe's image (never squashed or pushed here), then the derived image with the
     bundle, which gets the artifacts and the push."""
     from imagebuild.engine.push import push_image
-    from imagebuild.engine.select import detect_engine
+    from imagebuild.engine.select import open_engine
     from imagebuild.lock.check import current_lock
     from imagebuild.tune.derive import build_derived, checked_bundle, squash_derived
 
@@ -126,7 +126,7 @@ def run_tuned(recipe: Recipe, options: BuildOptions, bundle_dir: Path) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    engine = detect_engine(options.backend, builder=options.builder)
+    engine = open_engine(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
         base = build_recipe(recipe, replace(options, formats=(), push=None), engine=engine,
                             say=say, progress=display)

@@ -17,12 +17,13 @@ from pathlib import Path
 from imagebuild import images
 from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
-from imagebuild.convert.sources import DockerSource, add_read_argument, open_source
+from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import (
     add_compression_arguments,
     find_squash_tool,
     parse_compression,
 )
+from imagebuild.engine.select import open_engine
 from imagebuild.errors import SquashError
 from imagebuild.recipe.load import load_recipe, project_dir
 
@@ -99,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
     output_dir = (args.output_dir or project / "artifacts").resolve()
     tool = find_squash_tool(args.tool) if ("sqsh" in formats or args.sif_method != "apptainer") \
         else None
-    source = open_source(target.image_ref, args.backend, read=args.read)
-    backend_ref = target.image_ref if isinstance(source, DockerSource) else None
+    engine = open_engine(args.backend, for_build=False)
+    source = engine.image_source(target.image_ref, read=args.read)
     scan = None
     if target.recipe:
         # A recipe's image gets its SBOM (and size table) as `build --squash` gives it.
@@ -108,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
         scan = recipe_scan(load_recipe(target.recipe, project), source)
     artifacts = convert(source, output_dir, target.name, formats, compression=compression,
-                        tool=tool, sif_method=args.sif_method, image_ref=backend_ref,
+                        tool=tool, sif_method=args.sif_method,
+                        image_ref=engine.daemon_ref(target.image_ref),
                         observer=scan)
     for artifact in artifacts:
         note = f"  ({tool.name if tool else 'apptainer'}, {compression}, read: " \

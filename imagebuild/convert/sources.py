@@ -8,7 +8,9 @@ no full tar file on disk (a ROCm PyTorch image is 26-38 GB).
 Implementations: Docker (docker SDK) and podman (its CLI): create a container, never start
 it, and read its files straight from the engine's storage where that works here, else
 through ``docker export`` / ``podman export`` (imagebuild.convert.storage: the same bytes);
-and a plain tarball (tests, and images already exported elsewhere).
+and a plain tarball (tests, and images already exported elsewhere). The engine readers are
+made by the engine that holds the image (``Engine.image_source``, imagebuild.engine),
+never by picking a backend here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -183,8 +184,9 @@ class DockerSource:
     created (never started) container, straight from overlay2 storage when that can be read
     here (imagebuild.convert.storage), else through ``docker export``: the same bytes."""
 
-    def __init__(self, ref: str, client: Any = None, read: str = "auto",
+    def __init__(self, ref: str, client: Any, read: str = "auto",
                  runner: CommandRunner | None = None):
+        """``client``: the docker SDK client of the engine holding the image."""
         _check_read(read)
         self.ref = ref
         self.description = ref
@@ -194,22 +196,11 @@ class DockerSource:
         self._client = client
         self._runner = runner or DEFAULT_RUNNER
 
-    def _docker(self) -> Any:
-        if self._client is None:
-            import docker  # imported lazily: podman-only hosts need not reach a Docker socket
-
-            try:
-                self._client = docker.from_env()
-                self._client.ping()
-            except docker.errors.DockerException as exc:
-                raise EngineError(f"docker: cannot reach the Docker engine: {exc}") from exc
-        return self._client
-
     def _image(self) -> Any:
         import docker
 
         try:
-            return self._docker().images.get(self.ref)
+            return self._client.images.get(self.ref)
         except docker.errors.ImageNotFound as exc:
             raise EngineError(f"docker: image {self.ref!r} not found in the engine") from exc
         except docker.errors.APIError as exc:
@@ -226,7 +217,7 @@ class DockerSource:
         try:
             # The container holds the image (no `docker rmi` under the read) and its init
             # layer is what an export shows too.
-            container = self._docker().containers.create(
+            container = self._client.containers.create(
                 image.id, command=_PLACEHOLDER_CMD, network_disabled=True,
                 labels={"org.imagebuild.purpose": "export"},
             )
@@ -255,7 +246,7 @@ class DockerSource:
         graph_driver = container.attrs.get("GraphDriver") or {}
         if graph_driver.get("Name") != "overlay2":  # no need to ask the daemon more
             return storage.overlay_layers(graph_driver)
-        info = self._docker().info()
+        info = self._client.info()
         return storage.overlay_layers(graph_driver,
                                       security_options=info.get("SecurityOptions") or ())
 
@@ -288,19 +279,18 @@ class PodmanSource:
     works here (imagebuild.convert.storage), else through ``podman export``: the same
     bytes."""
 
-    def __init__(self, ref: str, podman: str | None = None,
-                 runner: CommandRunner | None = None, read: str = "auto"):
+    def __init__(self, ref: str, podman: str, runner: CommandRunner | None = None,
+                 read: str = "auto"):
+        """``podman``: the podman binary of the engine holding the image."""
         _check_read(read)
         self.ref = ref
         self.description = ref
         self.read = read
         self.read_by = ""
-        self._podman = podman or shutil.which("podman") or ""
+        self._podman = podman
         self._runner = runner or DEFAULT_RUNNER
 
     def _run(self, *args: str) -> str:
-        if not self._podman:
-            raise EngineError("podman: command not found on PATH")
         result = self._runner.capture([self._podman, *args], step=f"podman {args[0]}",
                                       check=False)
         if result.returncode != 0:
@@ -372,37 +362,3 @@ def _storage_read(read: str, ref: str, runner: CommandRunner,
                               f"{exc}", hint="--read export (or auto) reads it through the "
                               "engine") from exc
         return None
-
-
-def open_source(ref: str, backend: str = "auto",
-                runner: CommandRunner | None = None, read: str = "auto") -> ImageSource:
-    """An ``ImageSource`` for an image reference in the chosen engine.
-
-    ``auto`` prefers a reachable Docker engine and falls back to podman (HPC login nodes
-    often have podman and no Docker daemon).
-    """
-    if backend == "docker":
-        return DockerSource(ref, read=read, runner=runner)
-    if backend == "podman":
-        return PodmanSource(ref, runner=runner, read=read)
-    if backend != "auto":
-        raise EngineError(f"--backend: expected docker, podman or auto, got {backend!r}")
-    try:
-        source = DockerSource(ref, read=read, runner=runner)
-        source._docker()
-        return source
-    except EngineError:
-        if shutil.which("podman"):
-            return PodmanSource(ref, runner=runner, read=read)
-        raise
-
-
-def source_for_engine(engine: Any, ref: str, read: str = "auto") -> ImageSource:
-    """The ``ImageSource`` for an image in an ``imagebuild.engine`` engine object (its
-    docker SDK client, or its podman binary and runner)."""
-    backend = getattr(engine, "backend", "")
-    if backend == "docker":
-        return DockerSource(ref, client=engine.client, read=read, runner=engine.runner)
-    if backend == "podman":
-        return PodmanSource(ref, podman=engine.binary, runner=engine.runner, read=read)
-    raise EngineError(f"squash: no image export for engine backend {backend!r}")

@@ -1,22 +1,31 @@
 """What every container engine offers: the ``Engine`` interface and a backend-neutral build.
 
-An ``Engine`` builds through its CLI (the docker SDK has no BuildKit) and manages images
-(inspect, tag, remove, push, run). ``imagebuild.engine.docker`` and
-``imagebuild.engine.podman`` implement it; ``imagebuild.engine.select`` picks one. Every
-external process an engine starts goes through its ``CommandRunner``, so unit tests replace
-the runner and integration tests use the real engines.
+An ``Engine`` builds through its CLI (the docker SDK has no BuildKit), reads an image
+(``image_source``: its configuration and flattened filesystem, for the convert stage),
+manages images (inspect, tag, remove, push) and runs containers (``run`` for a short
+command, ``run_container`` for the validation checks). ``imagebuild.engine.docker`` and
+``imagebuild.engine.podman`` implement it; ``imagebuild.engine.select`` opens and picks one,
+and nothing else asks which backend an engine is. Every external process an engine starts
+goes through its ``CommandRunner``, so unit tests replace the runner and integration tests
+use the real engines.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.images import normalize_image_id
 from imagebuild.process import CommandResult, CommandRunner, LineCallback
+
+if TYPE_CHECKING:
+    from imagebuild.convert.sources import ImageSource
+
+#: Receives a container's output as it comes (bytes, not split into lines).
+OutputCallback = Callable[[bytes], None]
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,38 @@ class BuildRequest:
 class RunResult:
     exit_code: int
     output: str
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bound into a container."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+
+#: What ``ContainerSpec.gpus`` may ask for: AMD (/dev/kfd and /dev/dri), NVIDIA, none.
+GPU_KINDS = ("rocm", "nvidia", "none")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """One container run to completion with its output streamed back (the validation
+    checks): backend-neutral; each engine says how it passes devices and groups.
+
+    The container shares the host's network (NCCL/gloo rendezvous and RDMA NICs as on the
+    host) and IPC namespace (NCCL and RCCL use /dev/shm between ranks; docker's default
+    64 MB is too small)."""
+
+    image: str
+    #: the first words of the command line: the image's entrypoint is replaced by them
+    entrypoint: tuple[str, ...]
+    #: the rest of the command line
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    gpus: str = "none"
 
 
 class Engine(ABC):
@@ -96,6 +137,22 @@ class Engine(ABC):
     def run(self, ref: str, command: Sequence[str], *, env: Mapping[str, str] | None = None,
             network: str = "host", user: str | None = None) -> RunResult:
         """Run a short command in a throwaway container; returns exit code and output."""
+
+    @abstractmethod
+    def run_container(self, spec: ContainerSpec, on_output: OutputCallback) -> int:
+        """Run ``spec`` to completion, its output to ``on_output``; returns the exit code.
+        The container is removed afterwards, also on Ctrl-C."""
+
+    @abstractmethod
+    def image_source(self, ref: str, read: str = "auto") -> ImageSource:
+        """The image ``ref`` as the convert stage reads it: configuration and flattened
+        filesystem. ``read``: ``storage``, ``export`` or ``auto``
+        (imagebuild.convert.sources.READ_METHODS)."""
+
+    def daemon_ref(self, ref: str) -> str | None:
+        """The reference apptainer can build a SIF from straight out of this engine
+        (``docker-daemon:``), or None where it cannot."""
+        return None
 
 
 

@@ -1,5 +1,7 @@
 """Docker: BuildKit through the CLI, the docker SDK for everything else.
 
+This module is the only place a docker SDK client is created (``docker_sdk_client``).
+
 A docker client first on PATH may lack buildx and then cannot build with BuildKit at all
 (seen with docker 28.x beside Debian's docker.io 20.10, whose built-in BuildKit client works
 with ``DOCKER_BUILDKIT=1``), so clients are probed for what they can do, not taken by name.
@@ -12,11 +14,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.base import (
     BuildRequest,
+    ContainerSpec,
     Engine,
+    OutputCallback,
     RunResult,
     build_flags,
 )
@@ -24,8 +28,22 @@ from imagebuild.errors import EngineError
 from imagebuild.images import split_reference
 from imagebuild.process import CommandRunner
 
+if TYPE_CHECKING:
+    from imagebuild.convert.sources import ImageSource
+
 #: Environment variable forcing the docker client binary (path or name on PATH).
 DOCKER_BINARY_ENV = "IMAGEBUILD_DOCKER"
+
+
+def docker_sdk_client() -> Any:
+    """A docker SDK client for the daemon the environment names (DOCKER_HOST, else the
+    default socket); EngineError when the SDK cannot make one. Does not ping."""
+    import docker  # imported lazily: podman-only hosts need not load it
+
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"docker daemon not reachable: {exc}") from exc
 
 
 class DockerEngine(Engine):
@@ -34,8 +52,10 @@ class DockerEngine(Engine):
     backend = "docker"
     progress_format = "buildkit"
 
-    def __init__(self, binary: str, *, buildx: bool, builder: str | None = None,
+    def __init__(self, binary: str | None, *, buildx: bool, builder: str | None = None,
                  version: str = "", runner: CommandRunner | None = None, client: Any = None):
+        """``binary``: the BuildKit-capable docker client to build with; None for an engine
+        opened only to read, push and run images (the SDK needs no client binary)."""
         super().__init__(runner)
         if builder and not buildx:
             raise EngineError(
@@ -48,6 +68,8 @@ class DockerEngine(Engine):
         self._client = client
 
     def describe(self) -> str:
+        if self.binary is None:
+            return "docker (the daemon through the docker SDK)"
         how = f"buildx builder {self.builder}" if self.builder else (
             "buildx" if self.buildx else "built-in BuildKit")
         return f"docker {self.version} ({self.binary}, {how})".replace("docker  ", "docker ")
@@ -62,15 +84,13 @@ class DockerEngine(Engine):
     @property
     def client(self) -> Any:
         if self._client is None:
-            import docker  # imported lazily: podman-only hosts need not load it
-
-            try:
-                self._client = docker.from_env()
-            except docker.errors.DockerException as exc:
-                raise EngineError(f"docker daemon not reachable: {exc}") from exc
+            self._client = docker_sdk_client()
         return self._client
 
     def build_command(self, request: BuildRequest) -> tuple[list[str], dict[str, str]]:
+        if self.binary is None:
+            raise EngineError("docker: this engine was opened without a BuildKit-capable "
+                              "docker client and cannot build")
         env = dict(os.environ)
         # plain progress is what the parser in imagebuild.engine.progress reads; no colours.
         env.update(DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS="plain", NO_COLOR="1")
@@ -163,6 +183,81 @@ class DockerEngine(Engine):
                 container.remove(force=True)
             except errors.DockerException:
                 pass
+
+    def run_container(self, spec: ContainerSpec, on_output: OutputCallback) -> int:
+        errors = self._errors()
+        try:
+            container = self.client.containers.run(**container_kwargs(spec))
+        except errors.ImageNotFound as exc:
+            raise EngineError(f"image {spec.image} not found in the docker engine "
+                              f"(build it first: imagebuild build)") from exc
+        except errors.DockerException as exc:
+            raise EngineError(f"docker could not start {spec.image}: {exc}") from exc
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                on_output(chunk)
+            status = container.wait()
+            return int(status.get("StatusCode", 2))
+        except KeyboardInterrupt:
+            container.kill()
+            raise
+        finally:
+            try:
+                container.remove(force=True)
+            except errors.DockerException:
+                pass
+
+    def image_source(self, ref: str, read: str = "auto") -> ImageSource:
+        from imagebuild.convert.sources import DockerSource
+
+        return DockerSource(ref, self.client, read=read, runner=self.runner)
+
+    def daemon_ref(self, ref: str) -> str | None:
+        return ref
+
+
+def container_kwargs(spec: ContainerSpec, dev: Path = Path("/dev")) -> dict[str, Any]:
+    """Keyword arguments for docker SDK ``containers.run`` (unit-tested without a daemon)."""
+    kwargs: dict[str, Any] = {
+        "image": spec.image,
+        "entrypoint": list(spec.entrypoint),
+        "command": list(spec.command),
+        "environment": dict(spec.env),
+        "network_mode": "host",
+        "ipc_mode": "host",
+        "detach": True,
+        "volumes": {mount.source: {"bind": mount.target,
+                                   "mode": "ro" if mount.read_only else "rw"}
+                    for mount in spec.mounts},
+    }
+    if spec.gpus == "rocm":
+        nodes = [dev / "kfd", dev / "dri"]
+        kwargs["devices"] = [f"{n}:{n}:rwm" for n in nodes if n.exists()]
+        kwargs["group_add"] = [str(g) for g in rocm_device_groups(dev)]
+        # AMD's container guidance for ROCm: unconfined seccomp, ptrace for the debugger
+        # API some runtime paths use.
+        kwargs["security_opt"] = ["seccomp=unconfined"]
+        kwargs["cap_add"] = ["SYS_PTRACE"]
+    elif spec.gpus == "nvidia":
+        import docker
+
+        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
+                                                                capabilities=[["gpu"]])]
+    return kwargs
+
+
+def rocm_device_groups(dev: Path = Path("/dev")) -> list[int]:
+    """Numeric groups owning /dev/kfd and /dev/dri/renderD*: group names (video, render)
+    need not exist in the image's /etc/group, numbers always work."""
+    gids: list[int] = []
+    for node in [dev / "kfd", *sorted((dev / "dri").glob("renderD*"))]:
+        try:
+            gid = node.stat().st_gid
+        except OSError:
+            continue
+        if gid not in gids and gid != 0:
+            gids.append(gid)
+    return gids
 
 
 

@@ -7,11 +7,13 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.base import (
     BuildRequest,
+    ContainerSpec,
     Engine,
+    OutputCallback,
     RunResult,
     build_flags,
     last_line,
@@ -19,6 +21,9 @@ from imagebuild.engine.base import (
 from imagebuild.errors import EngineError
 from imagebuild.images import is_loopback_registry
 from imagebuild.process import CommandResult, CommandRunner
+
+if TYPE_CHECKING:
+    from imagebuild.convert.sources import ImageSource
 
 
 class PodmanEngine(Engine):
@@ -96,6 +101,37 @@ class PodmanEngine(Engine):
             # and the container never starts. Inherit this process's limits instead.
             result = self._cli(*argv, *inherited_ulimits(), ref, *command)
         return RunResult(result.returncode, result.output)
+
+    def run_container(self, spec: ContainerSpec, on_output: OutputCallback) -> int:
+        # The runner stops the client (and with it the --rm container) on Ctrl-C.
+        result = self.runner.run(container_argv(spec, self.binary),
+                                 on_line=lambda line: on_output(f"{line}\n".encode()),
+                                 keep_lines=1)
+        return result.returncode
+
+    def image_source(self, ref: str, read: str = "auto") -> ImageSource:
+        from imagebuild.convert.sources import PodmanSource
+
+        return PodmanSource(ref, self.binary, runner=self.runner, read=read)
+
+
+def container_argv(spec: ContainerSpec, binary: str = "podman") -> list[str]:
+    """``podman run`` for ``spec`` (unit-tested without podman)."""
+    # This process's own limits: rootful podman's defaults need CAP_SYS_RESOURCE, which
+    # sandboxed hosts lack (the container then never starts); a validation run needs no more.
+    argv = [binary, "run", "--rm", "--network", "host", "--ipc", "host",
+            *inherited_ulimits(), "--entrypoint", spec.entrypoint[0]]
+    if spec.gpus == "rocm":
+        argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "keep-groups",
+                 "--security-opt", "seccomp=unconfined", "--cap-add", "SYS_PTRACE"]
+    elif spec.gpus == "nvidia":
+        argv += ["--device", "nvidia.com/gpu=all"]  # CDI, podman's NVIDIA route
+    for key, value in sorted(spec.env.items()):
+        argv += ["--env", f"{key}={value}"]
+    for mount in spec.mounts:
+        argv += ["--volume", f"{mount.source}:{mount.target}"
+                 + (":ro" if mount.read_only else "")]
+    return argv + [spec.image, *spec.entrypoint[1:], *spec.command]
 
 
 def inherited_ulimits() -> list[str]:

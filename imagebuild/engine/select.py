@@ -1,6 +1,7 @@
-"""The one place that picks a container engine: by capability, not by name.
+"""The one place that opens and picks a container engine: by capability, not by name.
 
-``auto`` prefers Docker (a reachable daemon and a BuildKit-capable client), then podman.
+``auto`` prefers Docker (a reachable daemon and, to build, a BuildKit-capable client), then
+podman. Build, squash, validate and tune all get their engine from ``open_engine``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from imagebuild.engine.base import Engine, last_line
-from imagebuild.engine.docker import DockerEngine, find_docker_client
+from imagebuild.engine.docker import DockerEngine, docker_sdk_client, find_docker_client
 from imagebuild.engine.podman import PodmanEngine
 from imagebuild.errors import EngineError
 from imagebuild.process import CommandRunner
@@ -24,20 +25,24 @@ BACKEND_ENV = "IMAGEBUILD_BACKEND"
 
 
 def _docker_engine(runner: CommandRunner, environ: Mapping[str, str], builder: str | None,
-                   client: Any = None) -> tuple[DockerEngine | None, str]:
-    probe, notes = find_docker_client(runner, environ, need_buildx=bool(builder))
-    if probe is None:
-        return None, "; ".join(notes)
-    engine = DockerEngine(probe.path, buildx=probe.buildx, builder=builder,
-                          version=probe.version, runner=runner, client=client)
+                   client: Any = None, for_build: bool = True) -> tuple[DockerEngine | None, str]:
+    if for_build:
+        probe, notes = find_docker_client(runner, environ, need_buildx=bool(builder))
+        if probe is None:
+            return None, "; ".join(notes)
+        engine = DockerEngine(probe.path, buildx=probe.buildx, builder=builder,
+                              version=probe.version, runner=runner, client=client)
+    else:
+        # reading, pushing and running need the daemon only (the SDK), no client binary
+        engine = DockerEngine(None, buildx=False, runner=runner, client=client)
     try:
         engine.client.ping()
     except EngineError as exc:
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001 - any SDK/transport failure means "unreachable"
         return None, f"docker daemon not reachable: {exc}"
-    if builder:
-        inspected = runner.run([probe.path, "buildx", "inspect", builder])
+    if builder and engine.binary is not None:  # a builder is for builds only
+        inspected = runner.run([engine.binary, "buildx", "inspect", builder])
         if inspected.returncode != 0:
             raise EngineError(f"--builder {builder}: docker buildx inspect failed: "
                               f"{last_line(inspected.output)}")
@@ -58,13 +63,15 @@ def _podman_engine(runner: CommandRunner, environ: Mapping[str, str]
     return PodmanEngine(binary, version=result.output.strip(), runner=runner), ""
 
 
-def detect_engine(backend: str | None = None, *, builder: str | None = None,
-                  runner: CommandRunner | None = None,
-                  environ: Mapping[str, str] | None = None, docker_client: Any = None) -> Engine:
-    """The engine to build with. ``backend``: auto (default, $IMAGEBUILD_BACKEND), docker, podman.
+def open_engine(backend: str | None = None, *, builder: str | None = None,
+                for_build: bool = True, runner: CommandRunner | None = None,
+                environ: Mapping[str, str] | None = None, docker_client: Any = None) -> Engine:
+    """The engine to use. ``backend``: auto (default, $IMAGEBUILD_BACKEND), docker, podman.
 
-    auto prefers Docker (a reachable daemon and a BuildKit-capable client), then podman.
-    ``builder`` names a buildx builder (remote BuildKit / build farm) and needs buildx.
+    auto prefers Docker (a reachable daemon and, with ``for_build``, a BuildKit-capable
+    client), then podman. ``builder`` names a buildx builder (remote BuildKit / build farm)
+    and needs buildx. ``for_build=False`` opens an engine that reads, pushes and runs
+    images only (squash, validate): Docker then needs no client binary.
     """
     environ = os.environ if environ is None else environ
     runner = runner or CommandRunner()
@@ -75,7 +82,7 @@ def detect_engine(backend: str | None = None, *, builder: str | None = None,
         raise EngineError(f"--builder {builder}: only valid with the docker backend (buildx)")
     reasons: list[str] = []
     if backend in ("auto", "docker"):
-        engine, reason = _docker_engine(runner, environ, builder, docker_client)
+        engine, reason = _docker_engine(runner, environ, builder, docker_client, for_build)
         if engine:
             return engine
         reasons.append(f"docker: {reason}")
@@ -86,3 +93,12 @@ def detect_engine(backend: str | None = None, *, builder: str | None = None,
         return engine_p
     reasons.append(f"podman: {reason}")
     raise EngineError("no container engine available (" + "; ".join(reasons) + ")")
+
+
+def docker_reachable(client: Any = None) -> bool:
+    """Whether a Docker daemon answers here (validate's launcher choice asks)."""
+    try:
+        (client or docker_sdk_client()).ping()
+        return True
+    except Exception:  # noqa: BLE001 - no SDK, no socket, no daemon: all mean "not docker"
+        return False

@@ -34,7 +34,6 @@ from imagebuild.convert.artifacts import (
     write_record,
 )
 from imagebuild.convert.formats import convert
-from imagebuild.convert.sources import source_for_engine
 from imagebuild.convert.squashfs import Compression, find_squash_tool
 from imagebuild.engine.base import Engine
 from imagebuild.engine.build import build_image, resolve_site_ca
@@ -246,12 +245,12 @@ def squash_derived(derived: DerivedImage, recipe: Recipe, engine: Engine,
         say(f"artifacts of {derived.image.image_id[:19]} are up to date in {output_dir}")
         return reused
     tool = find_squash_tool(None)
-    artifacts = convert(source_for_engine(engine, derived.image.ref), output_dir, name,
+    artifacts = convert(engine.image_source(derived.image.ref), output_dir, name,
                         formats, compression=compression, tool=tool,
-                        image_ref=derived.image.ref if engine.backend == "docker" else None)
+                        image_ref=engine.daemon_ref(derived.image.ref))
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
     if site and sqsh is not None:
-        config = source_for_engine(engine, derived.image.ref).config()
+        config = engine.image_source(derived.image.ref).config()
         artifacts.append(write_edf_beside(
             sqsh, name, load_site(site), rocm_version=recipe.rocm,
             workdir=config.workdir or None,

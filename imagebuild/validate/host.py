@@ -2,9 +2,10 @@
 
 Where the checks run (one module each):
 - ``local``: this Python environment (launch_local);
-- ``docker``: the docker SDK (launch_docker);
-- ``podman``, ``apptainer`` (or ``singularity``), ``enroot``: their CLIs (launch_podman,
-  launch_apptainer, launch_enroot);
+- ``docker``, ``podman``: the container engine (launch_container; imagebuild.engine opens
+  it: docker through its SDK, podman through its CLI);
+- ``apptainer`` (or ``singularity``), ``enroot``: their CLIs (launch_apptainer,
+  launch_enroot);
 - ``sbatch``: writes a batch script for a multi-node run and returns its path
   (launch_sbatch).
 
@@ -23,15 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagebuild.engine.base import Engine
+from imagebuild.engine.select import docker_reachable, open_engine
 from imagebuild.errors import ValidateError
 from imagebuild.validate.checks.report import default_report_path, utc_now
 from imagebuild.validate.events import EventCallback, EventStream, LineCallback, stream_command
 from imagebuild.validate.invocation import Invocation
 from imagebuild.validate.launch_apptainer import apptainer_argv
-from imagebuild.validate.launch_docker import run_docker
+from imagebuild.validate.launch_container import run_in_engine
 from imagebuild.validate.launch_enroot import run_enroot
 from imagebuild.validate.launch_local import run_local
-from imagebuild.validate.launch_podman import podman_argv
 from imagebuild.validate.launch_sbatch import SbatchSpec, write_sbatch
 from imagebuild.validate.target import Target
 
@@ -48,7 +50,10 @@ class Outcome:
     output_tail: tuple[str, ...] = ()
 
 
-def choose_launcher(target: Target, requested: str, which: Callable[[str], str | None]) -> str:
+def choose_launcher(target: Target, requested: str, which: Callable[[str], str | None],
+                    docker_answers: Callable[[], bool] = docker_reachable) -> str:
+    """The launcher for ``target``: ``requested``, or with ``auto`` what the target's kind
+    and this host offer (an image: a reachable Docker engine, else podman)."""
     if requested != "auto":
         return requested
     if target.kind == "environment":
@@ -61,7 +66,7 @@ def choose_launcher(target: Target, requested: str, which: Callable[[str], str |
         if which("enroot"):
             return "enroot"
         raise ValidateError(f"{target.ref}: a squashfs image needs enroot on PATH")
-    if _docker_reachable():
+    if docker_answers():
         return "docker"
     if which("podman"):
         return "podman"
@@ -69,21 +74,14 @@ def choose_launcher(target: Target, requested: str, which: Callable[[str], str |
                         "podman; pass --launcher")
 
 
-def _docker_reachable() -> bool:
-    try:
-        import docker
-
-        docker.from_env().ping()
-        return True
-    except Exception:  # noqa: BLE001 - no SDK, no socket, no daemon: all mean "not docker"
-        return False
-
-
 def validate(target: Target, invocation: Invocation, *, report_path: Path | None,
              on_event: EventCallback | None = None, on_line: LineCallback | None = None,
              sbatch: SbatchSpec | None = None, script_dir: Path = Path("."),
-             docker_client: Any = None, runner: Any = None) -> Outcome:
-    """Run the checks as ``invocation`` says and write the report; never prints."""
+             engine: Engine | None = None, runner: Any = None) -> Outcome:
+    """Run the checks as ``invocation`` says and write the report; never prints.
+
+    ``engine``: the container engine for the docker and podman launchers (default: the one
+    the launcher names, opened by imagebuild.engine.select)."""
     if invocation.launcher == "sbatch":
         name = f"imagebuild-validate-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.sbatch"
         path = write_sbatch(target, invocation, sbatch or SbatchSpec(), script_dir / name)
@@ -92,10 +90,9 @@ def validate(target: Target, invocation: Invocation, *, report_path: Path | None
     launcher = invocation.launcher
     if launcher == "local":
         code = run_local(invocation, stream, runner)
-    elif launcher == "docker":
-        code = run_docker(target, invocation, stream, docker_client)
-    elif launcher == "podman":
-        code = stream_command(podman_argv(target, invocation), stream, None, runner)
+    elif launcher in ("docker", "podman"):
+        engine = engine or open_engine(launcher, for_build=False, runner=runner)
+        code = run_in_engine(engine, target, invocation, stream)
     elif launcher == "apptainer":
         code = stream_command(apptainer_argv(target, invocation), stream, None, runner)
     elif launcher == "enroot":

@@ -1,9 +1,9 @@
 """How the in-image runner is started, whatever the launcher: its command line, the
 environment and mounts a container gets, and host inputs staged for it.
 
-Each launcher module (launch_local, launch_docker, launch_podman, launch_apptainer,
-launch_enroot, launch_sbatch) turns an ``Invocation`` into its own command line with the
-helpers here, so every launcher passes the same environment, mounts and runner flags.
+Each launcher module (launch_local, launch_container for docker and podman,
+launch_apptainer, launch_enroot, launch_sbatch) turns an ``Invocation`` into its own command
+line or container with the helpers here, so every launcher passes the same environment, mounts and runner flags.
 """
 
 from __future__ import annotations

@@ -41,16 +41,3 @@ def detect_gpu_kind(dev: Path = Path("/dev"), proc: Path = Path("/proc")) -> str
         return "nvidia"
     return "none"
 
-
-def rocm_device_groups(dev: Path = Path("/dev")) -> list[int]:
-    """Numeric groups owning /dev/kfd and /dev/dri/renderD*: group names (video, render)
-    need not exist in the image's /etc/group, numbers always work."""
-    gids: list[int] = []
-    for node in [dev / "kfd", *sorted((dev / "dri").glob("renderD*"))]:
-        try:
-            gid = node.stat().st_gid
-        except OSError:
-            continue
-        if gid not in gids and gid != 0:
-            gids.append(gid)
-    return gids

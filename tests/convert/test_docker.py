@@ -15,9 +15,9 @@ import pytest
 
 from imagebuild import cli
 from imagebuild.commands.squash import resolve_target
-from imagebuild.convert.sources import DockerSource, PodmanSource, source_for_engine
 from imagebuild.convert.squashfs import squash_image
 from imagebuild.convert.tarfilter import HOST_FILES
+from imagebuild.engine.select import open_engine
 from tests.support.squashfs import cat, hardlink_groups, members_of_tar, read_squashfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -56,7 +56,7 @@ def out(tmp_path: Path) -> Path:
 
 
 def test_config_from_the_engine(docker_engine, feature_image: str) -> None:  # type: ignore[no-untyped-def]
-    config = source_for_engine(docker_engine, feature_image).config()
+    config = docker_engine.image_source(feature_image).config()
     assert "GREETING=hello world" in config.env
     assert config.workdir == "/workspace"
     assert config.entrypoint == ("/bin/echo",)
@@ -68,7 +68,7 @@ def test_config_from_the_engine(docker_engine, feature_image: str) -> None:  # t
 
 
 def test_squash_matches_the_export(docker_engine, feature_image: str, out: Path) -> None:  # type: ignore[no-untyped-def]
-    source = source_for_engine(docker_engine, feature_image)
+    source = docker_engine.image_source(feature_image)
     config = source.config()
     result = squash_image(source, out / "features.sqsh")
     sqsh = result.artifact.path
@@ -107,24 +107,27 @@ def test_squash_matches_the_export(docker_engine, feature_image: str, out: Path)
 def test_same_image_twice_gives_same_bytes(docker_engine, feature_image: str,  # type: ignore[no-untyped-def]
                                            out: Path) -> None:
     """Two exports (two containers, created seconds apart) -> one squashfs."""
-    first = squash_image(source_for_engine(docker_engine, feature_image), out / "a.sqsh")
+    first = squash_image(docker_engine.image_source(feature_image), out / "a.sqsh")
     time.sleep(1.1)
-    second = squash_image(DockerSource(feature_image), out / "b.sqsh")
+    # a second engine, opened as `imagebuild squash` opens one (no client binary needed)
+    second = squash_image(open_engine("docker", for_build=False).image_source(feature_image),
+                          out / "b.sqsh")
     assert first.artifact.sha256 == second.artifact.sha256
 
 
 def test_no_export_containers_left_behind(docker_engine, feature_image: str, out: Path) -> None:  # type: ignore[no-untyped-def]
     client = docker_engine.client
     before = {c.id for c in client.containers.list(all=True)}
-    squash_image(DockerSource(feature_image), out / "a.sqsh")
+    squash_image(docker_engine.image_source(feature_image), out / "a.sqsh")
     assert {c.id for c in client.containers.list(all=True)} == before
 
 
 @pytest.fixture
-def unpacked(feature_image: str, tmp_path: Path) -> Iterator[Path]:  # type: ignore[no-untyped-def]
+def unpacked(docker_engine, feature_image: str, tmp_path: Path) -> Iterator[Path]:  # type: ignore[no-untyped-def]
     if os.geteuid() != 0:
         pytest.skip("running the image with chroot needs root (CI runs as root)")
-    sqsh = squash_image(DockerSource(feature_image), tmp_path / "f.sqsh").artifact.path
+    sqsh = squash_image(docker_engine.image_source(feature_image),
+                        tmp_path / "f.sqsh").artifact.path
     root = tmp_path / "root"
     subprocess.run(["unsquashfs", "-q", "-n", "-d", str(root), str(sqsh)], check=True,
                    capture_output=True)
@@ -206,7 +209,7 @@ def test_recipe_name_resolves_to_its_image(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_podman_export(podman_engine, podman_base_image: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    source = PodmanSource(podman_base_image, podman=podman_engine.binary)
+    source = podman_engine.image_source(podman_base_image)
     result = squash_image(source, tmp_path / "p.sqsh")
     members = read_squashfs(result.artifact.path)
     assert "run/.containerenv" not in members

@@ -29,8 +29,9 @@ import pytest
 
 from imagebuild import cli
 from imagebuild.convert import storage
-from imagebuild.convert.sources import DockerSource, ImageSource, PodmanSource
+from imagebuild.convert.sources import ImageSource
 from imagebuild.convert.squashfs import squash_image
+from imagebuild.engine.select import open_engine
 from imagebuild.errors import EngineError
 from imagebuild.process import CommandRunner
 from tests.convert.conftest import add_member
@@ -76,7 +77,8 @@ class Layered:
 
     engine: str  # "docker" | "podman"
     image: str
-    make_source: Callable[..., ImageSource]  # (image, read, runner) -> source
+    #: (image, read, runner) -> source, through an engine opened with that runner
+    make_source: Callable[..., ImageSource]
     storage_read_by: str  # how a storage read describes itself (prefix)
     export_read_by: str
     #: the user xattr as the engine's export carries it
@@ -116,25 +118,26 @@ def layered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     if request.param == "docker":
         engine = request.getfixturevalue("docker_engine")
         base = request.getfixturevalue("base_image")
-        _import(shutil.which("docker") or "docker", DockerSource(base, read="export"))
+        _import(shutil.which("docker") or "docker", engine.image_source(base, read="export"))
         dockerfile = io.BytesIO(DOCKERFILE.format(base=XATTR_BASE).encode())
         engine.client.images.build(fileobj=dockerfile, tag=LAYERED_IMAGE,
                                    network_mode="host", rm=True)
         # moby's pkg/archive exports security.capability only
         return Layered("docker", LAYERED_IMAGE,
-                       lambda image, read, runner: DockerSource(image, read=read,
-                                                               runner=runner),
+                       lambda image, read, runner: open_engine(
+                           "docker", for_build=False, runner=runner,
+                           docker_client=engine.client).image_source(image, read),
                        "overlay2 storage, ", "docker export", {})
     engine = request.getfixturevalue("podman_engine")
     base = request.getfixturevalue("podman_base_image")
-    _import(engine.binary, PodmanSource(base, podman=engine.binary, read="export"))
+    _import(engine.binary, engine.image_source(base, read="export"))
     context = tmp_path_factory.mktemp("layered")
     (context / "Containerfile").write_text(DOCKERFILE.format(base=f"localhost/{XATTR_BASE}"))
     subprocess.run([engine.binary, "build", "--network", "host", "--format", "docker",
                     "-t", LAYERED_IMAGE, str(context)], check=True, capture_output=True)
     return Layered("podman", LAYERED_IMAGE,
-                   lambda image, read, runner: PodmanSource(
-                       image, podman=engine.binary, read=read, runner=runner),
+                   lambda image, read, runner: open_engine(
+                       "podman", for_build=False, runner=runner).image_source(image, read),
                    "podman storage", "podman export", {"user.origin": b"test"})
 
 

@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine.base import BuildRequest, Engine, RunResult
+from imagebuild.convert.sources import ImageSource
+from imagebuild.engine.base import BuildRequest, ContainerSpec, Engine, OutputCallback, RunResult
 from imagebuild.errors import EngineError
 from imagebuild.process import CommandResult
 
@@ -63,6 +64,12 @@ class ReplayEngine(Engine):
     def run(self, ref: str, command: Sequence[str], *, env: Mapping[str, str] | None = None,
             network: str = "host", user: str | None = None) -> RunResult:
         return RunResult(0, "")
+
+    def run_container(self, spec: ContainerSpec, on_output: OutputCallback) -> int:
+        return 0
+
+    def image_source(self, ref: str, read: str = "auto") -> ImageSource:
+        raise EngineError(f"replay engine: no image files to read for {ref}")
 
 
 def log_lines(path: Path) -> list[str]:

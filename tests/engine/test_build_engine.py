@@ -176,11 +176,11 @@ INTERRUPT_SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
     from imagebuild.engine.build import build_image
-    from imagebuild.engine.select import detect_engine
+    from imagebuild.engine.select import open_engine
 
     backend, context, tag, run_id, base, log = sys.argv[1:]
     try:
-        build_image(detect_engine(backend), Path(context) / "Dockerfile", Path(context), [tag],
+        build_image(open_engine(backend), Path(context) / "Dockerfile", Path(context), [tag],
                     build_args={"BASE": base, "RUN_ID": run_id},
                     labels={"imagebuild.test-run": run_id}, log_path=Path(log))
     except KeyboardInterrupt:

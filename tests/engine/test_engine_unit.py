@@ -9,7 +9,7 @@ import pytest
 from imagebuild.engine.base import BuildRequest
 from imagebuild.engine.docker import DockerEngine, find_docker_client
 from imagebuild.engine.podman import PodmanEngine
-from imagebuild.engine.select import detect_engine
+from imagebuild.engine.select import open_engine
 from imagebuild.errors import EngineError
 from imagebuild.process import CommandResult, CommandRunner
 
@@ -63,7 +63,7 @@ def test_prefers_a_buildkit_capable_client_over_the_first_on_path(tmp_path):
     runner = ScriptedRunner({**docker_answers(newer, "28.2.2", False, False),
                              **docker_answers(debian, "20.10.24", False, True)})
     environ = {"PATH": f"{tmp_path / 'local'}:{tmp_path / 'usr'}"}
-    engine = detect_engine("auto", runner=runner, environ=environ, docker_client=FakeSdk())
+    engine = open_engine("auto", runner=runner, environ=environ, docker_client=FakeSdk())
     assert isinstance(engine, DockerEngine)
     assert engine.binary == debian and not engine.buildx
     assert engine.describe() == f"docker 20.10.24 ({debian}, built-in BuildKit)"
@@ -76,7 +76,7 @@ def test_buildx_wins_and_a_builder_can_be_chosen(tmp_path):
                              **docker_answers(buildx, "27.3.1", True, False),
                              (buildx, "buildx", "inspect", "farm"): (0, "Name: farm")})
     environ = {"PATH": f"{tmp_path / 'a'}:{tmp_path / 'b'}"}
-    engine = detect_engine(None, builder="farm", runner=runner, environ=environ,
+    engine = open_engine(None, builder="farm", runner=runner, environ=environ,
                            docker_client=FakeSdk())
     assert engine.binary == buildx and engine.builder == "farm"
     argv, _env = engine.build_command(BuildRequest(Path("/ctx/Dockerfile"), Path("/ctx")))
@@ -89,10 +89,10 @@ def test_builder_without_buildx_is_a_clear_error(tmp_path):
     debian = make_docker(tmp_path / "usr")
     runner = ScriptedRunner(docker_answers(debian, "20.10.24", False, True))
     with pytest.raises(EngineError, match=r"no usable docker backend: .*no buildx plugin"):
-        detect_engine("auto", builder="farm", runner=runner,
+        open_engine("auto", builder="farm", runner=runner,
                       environ={"PATH": str(tmp_path / "usr")}, docker_client=FakeSdk())
     with pytest.raises(EngineError, match="only valid with the docker backend"):
-        detect_engine("podman", builder="farm", runner=runner, environ={"PATH": ""})
+        open_engine("podman", builder="farm", runner=runner, environ={"PATH": ""})
 
 
 def test_forced_binary_and_unknown_backend(tmp_path):
@@ -105,7 +105,7 @@ def test_forced_binary_and_unknown_backend(tmp_path):
     with pytest.raises(EngineError, match="IMAGEBUILD_DOCKER=/nope: no such executable"):
         find_docker_client(runner, {"PATH": "", "IMAGEBUILD_DOCKER": "/nope"})
     with pytest.raises(EngineError, match="--backend kaniko: expected one of auto, docker"):
-        detect_engine("kaniko", runner=runner, environ=environ)
+        open_engine("kaniko", runner=runner, environ=environ)
 
 
 def test_auto_falls_back_to_podman_when_the_daemon_is_down(tmp_path):
@@ -114,17 +114,17 @@ def test_auto_falls_back_to_podman_when_the_daemon_is_down(tmp_path):
     runner = ScriptedRunner({**docker_answers(debian, "20.10.24", False, True),
                              (podman, "version", "--format", "{{.Client.Version}}"): (0, "4.3.1")})
     environ = {"PATH": str(tmp_path / "bin")}
-    engine = detect_engine("auto", runner=runner, environ=environ,
+    engine = open_engine("auto", runner=runner, environ=environ,
                            docker_client=FakeSdk(reachable=False))
     assert isinstance(engine, PodmanEngine) and engine.describe() == f"podman 4.3.1 ({podman})"
     with pytest.raises(EngineError, match="docker daemon not reachable"):
-        detect_engine("docker", runner=runner, environ=environ,
+        open_engine("docker", runner=runner, environ=environ,
                       docker_client=FakeSdk(reachable=False))
 
 
 def test_nothing_usable_names_every_reason(tmp_path):
     with pytest.raises(EngineError) as caught:
-        detect_engine("auto", runner=ScriptedRunner({}), environ={"PATH": str(tmp_path)})
+        open_engine("auto", runner=ScriptedRunner({}), environ={"PATH": str(tmp_path)})
     assert str(caught.value) == ("no container engine available (docker: no docker client on "
                                  "PATH; podman: podman not installed)")
 

@@ -21,7 +21,7 @@ import pytest
 from imagebuild.engine.base import Engine
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.podman import PodmanEngine
-from imagebuild.engine.select import detect_engine
+from imagebuild.engine.select import open_engine
 from imagebuild.errors import EngineError
 from testbed.base_images import (  # noqa: F401  (re-exported for tests)
     BASE_IMAGE,
@@ -69,7 +69,7 @@ def docker_engine() -> DockerEngine:
     reason = ensure_docker_daemon()
     if reason:
         pytest.skip(f"no Docker engine could be started: {reason}")
-    engine = detect_engine("docker")
+    engine = open_engine("docker")
     assert isinstance(engine, DockerEngine)
     return engine
 
@@ -77,7 +77,7 @@ def docker_engine() -> DockerEngine:
 @pytest.fixture(scope="session")
 def podman_engine() -> PodmanEngine:
     try:
-        engine = detect_engine("podman")
+        engine = open_engine("podman")
     except EngineError as exc:
         pytest.skip(f"podman is not usable here: {exc}")
     assert isinstance(engine, PodmanEngine)

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.engine.docker import container_kwargs
+from imagebuild.engine.podman import container_argv
 from imagebuild.errors import ValidateError
 from imagebuild.validate.invocation import Invocation
 from imagebuild.validate.launch_apptainer import apptainer_argv
-from imagebuild.validate.launch_docker import docker_run_kwargs
+from imagebuild.validate.launch_container import container_spec
 from imagebuild.validate.launch_enroot import enroot_argvs
-from imagebuild.validate.launch_podman import podman_argv
 from imagebuild.validate.target import Target
 from imagebuild.validate.tuning import tuning_launch, tuning_rows
 
@@ -36,13 +37,13 @@ def test_container_launchers_bind_the_bundle_and_set_its_variables(tmp_path):
     assert dict(launch.env) == {"PYTORCH_TUNABLEOP_ENABLED": "1",
                                 "PYTORCH_TUNABLEOP_TUNING": "0",
                                 "PYTORCH_TUNABLEOP_FILENAME": f"{MOUNT}/tunableop_results.csv"}
-    kwargs = docker_run_kwargs(IMAGE, invocation(launch, "docker"))
+    kwargs = container_kwargs(container_spec(IMAGE, invocation(launch, "docker")))
     assert kwargs["volumes"][source] == {"bind": MOUNT, "mode": "ro"}
     assert kwargs["environment"]["PYTORCH_TUNABLEOP_FILENAME"] == \
         f"{MOUNT}/tunableop_results.csv"
     assert kwargs["command"][-6:-3] == ["--allow-cpu", "--tuning", MOUNT]
 
-    podman = podman_argv(IMAGE, invocation(launch, "podman"))
+    podman = container_argv(container_spec(IMAGE, invocation(launch, "podman")))
     assert podman[podman.index(f"{source}:{MOUNT}:ro") - 1] == "--volume"
     assert "PYTORCH_TUNABLEOP_TUNING=0" in podman
 

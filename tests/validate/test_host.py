@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from imagebuild.commands.validate import _runner_actions
-from imagebuild.engine.podman import inherited_ulimits
+from imagebuild.engine.docker import container_kwargs
+from imagebuild.engine.podman import container_argv, inherited_ulimits
 from imagebuild.errors import ValidateError
 from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.checks.options import add_arguments
@@ -24,9 +25,8 @@ from imagebuild.validate.invocation import (
     passthrough_env,
 )
 from imagebuild.validate.launch_apptainer import apptainer_argv
-from imagebuild.validate.launch_docker import docker_run_kwargs
+from imagebuild.validate.launch_container import container_spec
 from imagebuild.validate.launch_enroot import enroot_argvs
-from imagebuild.validate.launch_podman import podman_argv
 from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
 
@@ -49,6 +49,11 @@ def test_launcher_choice() -> None:
     with pytest.raises(ValidateError, match="apptainer"):
         choose_launcher(Target("sif", "/x.sif"), "auto", none)
     assert choose_launcher(Target("image", "x"), "podman", none) == "podman"
+    on_path = lambda n: "/usr/bin/" + n
+    assert choose_launcher(Target("image", "x"), "auto", none, lambda: True) == "docker"
+    assert choose_launcher(Target("image", "x"), "auto", on_path, lambda: False) == "podman"
+    with pytest.raises(ValidateError, match="no reachable docker engine and no podman"):
+        choose_launcher(Target("image", "x"), "auto", none, lambda: False)
 
 
 def test_gpu_kind_from_dev(tmp_path: Path) -> None:
@@ -74,7 +79,8 @@ def test_docker_kwargs_pass_rocm_devices_with_numeric_groups(tmp_path: Path) -> 
     (dev / "dri").mkdir(parents=True)
     (dev / "kfd").touch()
     (dev / "dri" / "renderD128").touch()
-    kwargs = docker_run_kwargs(Target("image", "img:1"), _invocation(gpus="rocm"), dev)
+    kwargs = container_kwargs(container_spec(Target("image", "img:1"), _invocation(gpus="rocm")),
+                              dev)
     assert kwargs["devices"] == [f"{dev}/kfd:{dev}/kfd:rwm", f"{dev}/dri:{dev}/dri:rwm"]
     gid = (dev / "kfd").stat().st_gid
     assert kwargs["group_add"] == ([str(gid)] if gid else [])
@@ -86,11 +92,13 @@ def test_docker_kwargs_pass_rocm_devices_with_numeric_groups(tmp_path: Path) -> 
 
 
 def test_docker_kwargs_nvidia_and_cpu(tmp_path: Path) -> None:
-    nvidia = docker_run_kwargs(Target("image", "img"), _invocation(gpus="nvidia"), tmp_path)
+    nvidia = container_kwargs(container_spec(Target("image", "img"), _invocation(gpus="nvidia")),
+                              tmp_path)
     request = nvidia["device_requests"][0]
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
-    cpu = docker_run_kwargs(Target("image", "img"),
-                            _invocation(inputs_dir=tmp_path, mount_checks=tmp_path / "c"), tmp_path)
+    cpu = container_kwargs(container_spec(Target("image", "img"),
+                                          _invocation(inputs_dir=tmp_path,
+                                                      mount_checks=tmp_path / "c")), tmp_path)
     assert "devices" not in cpu and "device_requests" not in cpu
     assert cpu["volumes"] == {str(tmp_path): {"bind": CONTAINER_INPUTS, "mode": "ro"},
                               str(tmp_path / "c"): {"bind": IMAGE_LIB, "mode": "ro"}}
@@ -98,7 +106,7 @@ def test_docker_kwargs_nvidia_and_cpu(tmp_path: Path) -> None:
 
 def test_podman_apptainer_enroot_command_lines(tmp_path: Path) -> None:
     inv = _invocation(gpus="rocm", inputs_dir=tmp_path)
-    podman = podman_argv(Target("image", "img:1"), inv)
+    podman = container_argv(container_spec(Target("image", "img:1"), inv))
     limits = inherited_ulimits()
     assert podman[:7 + len(limits) + 1] == [
         "podman", "run", "--rm", "--network", "host", "--ipc", "host", *limits, "--entrypoint"]
