@@ -192,7 +192,7 @@ def _squash(recipe: Recipe, engine: Engine, image: ImageRef, options: BuildOptio
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
     if options.site and sqsh is not None:
         site = load_site(options.site)
-        config = engine.image_source(image.ref).config()
+        config = engine.image_config(image.ref)
         artifacts.append(write_edf_beside(sqsh, recipe.name, site, rocm_version=recipe.rocm,
                                           workdir=config.workdir or None))
     write_record(output_dir, recipe.name, key, artifacts)

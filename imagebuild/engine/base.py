@@ -22,7 +22,7 @@ from imagebuild.images import normalize_image_id
 from imagebuild.process import CommandResult, CommandRunner, LineCallback
 
 if TYPE_CHECKING:
-    from imagebuild.convert.sources import ImageSource
+    from imagebuild.convert.sources import ImageConfig, ImageSource
 
 #: Receives a container's output as it comes (bytes, not split into lines).
 OutputCallback = Callable[[bytes], None]
@@ -121,6 +121,12 @@ class Engine(ABC):
     def image_labels(self, ref: str) -> dict[str, str]:
         config = self.inspect(ref).get("Config") or {}
         return dict(config.get("Labels") or {})
+
+    def image_config(self, ref: str) -> ImageConfig:
+        """The runtime parts of ``ref``'s configuration (ENV, WORKDIR, labels, created)."""
+        from imagebuild.convert.sources import ImageConfig
+
+        return ImageConfig.from_inspect(self.inspect(ref))
 
     @abstractmethod
     def tag(self, source: str, target: str) -> None: ...

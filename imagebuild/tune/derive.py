@@ -250,7 +250,7 @@ def squash_derived(derived: DerivedImage, recipe: Recipe, engine: Engine,
                         image_ref=engine.daemon_ref(derived.image.ref))
     sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
     if site and sqsh is not None:
-        config = engine.image_source(derived.image.ref).config()
+        config = engine.image_config(derived.image.ref)
         artifacts.append(write_edf_beside(
             sqsh, name, load_site(site), rocm_version=recipe.rocm,
             workdir=config.workdir or None,

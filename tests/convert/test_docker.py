@@ -65,6 +65,7 @@ def test_config_from_the_engine(docker_engine, feature_image: str) -> None:  # t
                                    "rocm": "7.0.2"}
     assert config.volumes == ("/data",)
     assert config.created and abs(config.created - time.time()) < 7 * 24 * 3600
+    assert docker_engine.image_config(feature_image) == config
 
 
 def test_squash_matches_the_export(docker_engine, feature_image: str, out: Path) -> None:  # type: ignore[no-untyped-def]

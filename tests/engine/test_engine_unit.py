@@ -77,7 +77,7 @@ def test_buildx_wins_and_a_builder_can_be_chosen(tmp_path):
                              (buildx, "buildx", "inspect", "farm"): (0, "Name: farm")})
     environ = {"PATH": f"{tmp_path / 'a'}:{tmp_path / 'b'}"}
     engine = open_engine(None, builder="farm", runner=runner, environ=environ,
-                           docker_client=FakeSdk())
+                         docker_client=FakeSdk())
     assert engine.binary == buildx and engine.builder == "farm"
     argv, _env = engine.build_command(BuildRequest(Path("/ctx/Dockerfile"), Path("/ctx")))
     assert argv[:7] == [buildx, "buildx", "build", "--progress=plain", "--load",
@@ -90,7 +90,7 @@ def test_builder_without_buildx_is_a_clear_error(tmp_path):
     runner = ScriptedRunner(docker_answers(debian, "20.10.24", False, True))
     with pytest.raises(EngineError, match=r"no usable docker backend: .*no buildx plugin"):
         open_engine("auto", builder="farm", runner=runner,
-                      environ={"PATH": str(tmp_path / "usr")}, docker_client=FakeSdk())
+                    environ={"PATH": str(tmp_path / "usr")}, docker_client=FakeSdk())
     with pytest.raises(EngineError, match="only valid with the docker backend"):
         open_engine("podman", builder="farm", runner=runner, environ={"PATH": ""})
 
@@ -115,11 +115,28 @@ def test_auto_falls_back_to_podman_when_the_daemon_is_down(tmp_path):
                              (podman, "version", "--format", "{{.Client.Version}}"): (0, "4.3.1")})
     environ = {"PATH": str(tmp_path / "bin")}
     engine = open_engine("auto", runner=runner, environ=environ,
-                           docker_client=FakeSdk(reachable=False))
+                         docker_client=FakeSdk(reachable=False))
     assert isinstance(engine, PodmanEngine) and engine.describe() == f"podman 4.3.1 ({podman})"
     with pytest.raises(EngineError, match="docker daemon not reachable"):
         open_engine("docker", runner=runner, environ=environ,
-                      docker_client=FakeSdk(reachable=False))
+                    docker_client=FakeSdk(reachable=False))
+
+
+def test_an_engine_opened_to_read_needs_no_docker_client(tmp_path):
+    """squash and validate open the daemon through the SDK: no BuildKit client is probed."""
+    runner = ScriptedRunner({})
+    engine = open_engine("auto", for_build=False, runner=runner, environ={"PATH": ""},
+                         docker_client=FakeSdk())
+    assert isinstance(engine, DockerEngine) and engine.binary is None and runner.calls == []
+    with pytest.raises(EngineError, match="cannot build"):
+        engine.build_command(BuildRequest(Path("/p/Dockerfile"), Path("/p")))
+    podman = make_docker(tmp_path / "bin", "podman")
+    runner = ScriptedRunner({(podman, "version", "--format", "{{.Client.Version}}"):
+                             (0, "4.3.1")})
+    engine = open_engine("auto", for_build=False, runner=runner,
+                         environ={"PATH": str(tmp_path / "bin")},
+                         docker_client=FakeSdk(reachable=False))
+    assert isinstance(engine, PodmanEngine) and engine.binary == podman
 
 
 def test_nothing_usable_names_every_reason(tmp_path):
@@ -159,3 +176,17 @@ def test_a_builder_needs_buildx_on_the_engine_too():
         engine.using_builder("farm")
     farm = DockerEngine("/opt/docker", buildx=True, runner=ScriptedRunner({})).using_builder("farm")
     assert farm.describe() == "docker (/opt/docker, buildx builder farm)"
+
+
+def test_podman_reads_an_image_configuration_from_its_inspect():
+    inspect = ('[{"Id": "abc", "Created": "2025-01-02T03:04:05.123456789Z", '
+               '"Architecture": "amd64", "Config": {"Env": ["A=1"], "WorkingDir": "/w", '
+               '"Labels": {"rocm": "7.0.2"}}}]')
+    runner = ScriptedRunner({("/usr/bin/podman", "image", "inspect", "img:1"): (0, inspect)})
+    engine = PodmanEngine("/usr/bin/podman", runner=runner)
+    config = engine.image_config("img:1")
+    assert (config.env, config.workdir, config.labels) == (("A=1",), "/w", (("rocm", "7.0.2"),))
+    assert config.created == 1735787045
+    assert engine.image_id("img:1") == "sha256:abc"
+    assert engine.daemon_ref("img:1") is None
+    assert DockerEngine(None, buildx=False).daemon_ref("img:1") == "img:1"
