@@ -41,7 +41,7 @@ def _docker_engine(runner: CommandRunner, environ: Mapping[str, str], builder: s
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001 - any SDK/transport failure means "unreachable"
         return None, f"docker daemon not reachable: {exc}"
-    if builder and engine.binary is not None:  # a builder is for builds only
+    if builder and engine.binary is not None:
         inspected = runner.run([engine.binary, "buildx", "inspect", builder])
         if inspected.returncode != 0:
             raise EngineError(f"--builder {builder}: docker buildx inspect failed: "
@@ -80,6 +80,8 @@ def open_engine(backend: str | None = None, *, builder: str | None = None,
         raise EngineError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
     if builder and backend == "podman":
         raise EngineError(f"--builder {builder}: only valid with the docker backend (buildx)")
+    if builder and not for_build:
+        raise EngineError(f"--builder {builder}: a builder is for builds only")
     reasons: list[str] = []
     if backend in ("auto", "docker"):
         engine, reason = _docker_engine(runner, environ, builder, docker_client, for_build)

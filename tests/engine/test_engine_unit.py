@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.engine.base import BuildRequest
+from imagebuild.engine.base import BuildRequest, ContainerSpec, Mount
 from imagebuild.engine.docker import DockerEngine, find_docker_client
-from imagebuild.engine.podman import PodmanEngine
+from imagebuild.engine.podman import PodmanEngine, container_argv
 from imagebuild.engine.select import open_engine
 from imagebuild.errors import EngineError
 from imagebuild.process import CommandResult, CommandRunner
@@ -190,3 +190,21 @@ def test_podman_reads_an_image_configuration_from_its_inspect():
     assert engine.image_id("img:1") == "sha256:abc"
     assert engine.daemon_ref("img:1") is None
     assert DockerEngine(None, buildx=False).daemon_ref("img:1") == "img:1"
+
+
+def test_podman_runs_a_container_and_streams_its_output(tmp_path):
+    """The podman client's lines come back as output; its exit code is the result."""
+    podman = tmp_path / "podman"
+    podman.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\nexit 3\n')
+    podman.chmod(0o755)
+    spec = ContainerSpec(image="img:1", entrypoint=("python3", "-m", "checks"),
+                         command=("--events",), env={"A": "1"},
+                         mounts=(Mount("/host", "/in", read_only=True),), gpus="rocm")
+    chunks: list[bytes] = []
+    code = PodmanEngine(str(podman)).run_container(spec, chunks.append)
+    assert code == 3
+    said = b"".join(chunks).decode().splitlines()
+    assert said == container_argv(spec, str(podman))[1:]
+    assert said[said.index("--entrypoint") + 1] == "python3"
+    assert said[-4:] == ["img:1", "-m", "checks", "--events"]
+    assert "/host:/in:ro" in said and "A=1" in said and "/dev/kfd" in said
