@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.inimage.tuning.bundle_format import DEFAULT_MOUNT_POINT, Bundle, tuning_env
 from imagebuild.recipe.site_runtime import Bind
-
-from .bundle import DEFAULT_MOUNT_POINT, Bundle, tuning_env
 
 __all__ = ["DEFAULT_MOUNT_POINT", "RuntimeTuning", "runtime_tuning"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
-from imagebuild.validate.checks.report import default_report_path, utc_now
+from imagebuild.inimage.run_report import default_report_path, utc_now
 from imagebuild.validate.events import EventCallback, EventStream, LineCallback, stream_command
 from imagebuild.validate.invocation import Invocation
 from imagebuild.validate.launch_apptainer import apptainer_argv

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import EngineError
-from imagebuild.validate.bundle import IMAGE_PACKAGE
 from imagebuild.validate.events import EventStream
 from imagebuild.validate.invocation import (
     Invocation,
@@ -16,6 +15,7 @@ from imagebuild.validate.invocation import (
     container_env,
     container_mounts,
 )
+from imagebuild.validate.stage_checks import IMAGE_PACKAGE
 from imagebuild.validate.target import Target, rocm_device_groups
 
 

@@ -1,8 +1,7 @@
 """hipblaslt-bench output and override files, in the format of the hipBLASLt offline-tuning
 how-to (ROCm/hipBLASLt docs/how-to-use-hipblaslt-offline-tuning.rst)."""
 
-from imagebuild.tune.sources import parse_tunableop_row
-from imagebuild.validate.checks.tune_bench import (
+from imagebuild.inimage.tuning.bench import (
     bench_argv,
     override_file_text,
     override_row,
@@ -11,6 +10,7 @@ from imagebuild.validate.checks.tune_bench import (
     read_override_file,
     tunableop_line,
 )
+from imagebuild.inimage.tuning.library_logs import parse_tunableop_row
 
 HEADER = ("transA,transB,grouped_gemm,batch_count,m,n,k,alpha,lda,stride_a,beta,ldb,stride_b,"
           "ldc,stride_c,ldd,stride_d,a_type,b_type,c_type,d_type,compute_type,scaleA,scaleB,"

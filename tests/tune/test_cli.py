@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from imagebuild.commands import COMMANDS, tune
+from imagebuild.inimage.tuning import gemm_tuner as tune_gemm
 from imagebuild.tune.problem import TuneError
-from imagebuild.validate.checks import tune_gemm
 
 from .test_bundle_apply import make_bundle
 from .test_rccl import LOG
@@ -72,6 +72,30 @@ def test_gemm_rejects_a_broken_problems_csv(tmp_path):
     bad.write_text("m,n,k\n1,2,3\n")
     with pytest.raises(TuneError, match="missing column"):
         run(["gemm", str(bad), "--out", str(tmp_path / "b")])
+
+
+def _gemm_options(parser: argparse.ArgumentParser) -> dict:
+    return {tuple(a.option_strings) or a.dest: (a.dest, a.default, a.help, a.choices, a.nargs)
+            for a in parser._actions if a.dest != "help"}
+
+
+def test_gemm_flags_are_the_images_own(monkeypatch):
+    """One definition: `imagebuild tune gemm` on the host has the image's flags, defaults and
+    help (the README's `--out DIR` form included)."""
+    monkeypatch.delenv("IMAGEBUILD_RECIPE", raising=False)
+    parser = argparse.ArgumentParser(prog="imagebuild")
+    tune.register(parser.add_subparsers(dest="command"))
+    host = parser._subparsers._group_actions[0].choices["tune"]
+    host_gemm = host._subparsers._group_actions[0].choices["gemm"]
+    image = tune_gemm.build_parser()
+    assert _gemm_options(host_gemm) == _gemm_options(image)
+    from imagebuild.inimage.tuning.command import build_parser
+
+    image_cli = build_parser()._subparsers._group_actions[0].choices["gemm"]
+    assert _gemm_options(image_cli) == _gemm_options(image)
+    args = host_gemm.parse_args(["tuning/problems.csv", "--out", "tuning/bundle",
+                                 "--budget-s", "1800"])
+    assert (str(args.out), args.budget_s, args.recipe) == ("tuning/bundle", 1800.0, None)
 
 
 def test_rccl_writes_collectives_and_tuner_config(tmp_path, capsys):

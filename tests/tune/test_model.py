@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from imagebuild.tune.model import linear_problems, linears, training_step_problems
-from imagebuild.validate.checks.llama import LLAMA_3_1_8B
+from imagebuild.inimage.model.llama import LLAMA_3_1_8B
+from imagebuild.inimage.tuning.step_problems import linear_problems, linears, training_step_problems
 
 #: [m, n, batch, k] the users listed for Llama-3.1-8B (Megatron, 32000 vocabulary, seq 8192,
 #: micro-batch 1), taken by hand from a profiler trace.

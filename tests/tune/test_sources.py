@@ -2,13 +2,14 @@
 
 import pytest
 
-from imagebuild.tune.problem import TuneError, read_csv, write_csv
-from imagebuild.tune.sources import (
+from imagebuild.inimage.tuning.library_logs import (
     detect_kind,
     parse_bench_line,
     problems_from_hipblaslt_log,
     problems_from_tunableop_csv,
 )
+from imagebuild.inimage.tuning.problems import ProblemError, write_csv
+from imagebuild.tune.problem import TuneError, read_csv
 
 LOG_LINE = ("hipblaslt-bench --api_method c -m {m} -n 8192 -k 4096 --lda 4096 --ldb 4096 "
             "--ldc {m} --ldd {m}  --stride_a 0 --stride_b 0 --stride_c 0 --stride_d 0  "
@@ -58,7 +59,7 @@ def test_tunableop_rows_new_and_old_formats(tmp_path):
 def test_bad_tunableop_row_names_the_line(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("Validator,PT_VERSION,2.7.0\nGemmTunableOp_BFloat16_TN,tn_61x_8192\n")
-    with pytest.raises(TuneError, match=r"bad.csv:2: cannot read TunableOp row"):
+    with pytest.raises(ProblemError, match=r"bad.csv:2: cannot read TunableOp row"):
         problems_from_tunableop_csv(path)
 
 

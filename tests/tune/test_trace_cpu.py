@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from imagebuild.tune.model import training_step_problems
-from imagebuild.tune.problem import time_shares
-from imagebuild.tune.trace import load_events, problems_from_events, problems_from_trace
-from imagebuild.validate.checks.llama import LLAMA_CPU_SMOKE
-from imagebuild.validate.checks.tune_shapes import profile_training_step
+from imagebuild.inimage.model.llama import LLAMA_CPU_SMOKE
+from imagebuild.inimage.tuning.problems import time_shares
+from imagebuild.inimage.tuning.shapes import profile_training_step
+from imagebuild.inimage.tuning.step_problems import training_step_problems
+from imagebuild.inimage.tuning.trace import load_events, problems_from_events, problems_from_trace
 
 SEQ = 48
 

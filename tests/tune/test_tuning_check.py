@@ -11,10 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from imagebuild.tune.bundle import Bundle, BundleProblem, write_bundle
-from imagebuild.tune.trace import problems_from_trace
-from imagebuild.validate.checks import tuning
-from imagebuild.validate.checks.tune_bundle import TUNING_VARIABLES, read_bundle, tuning_env
+from imagebuild.inimage.checks import tuning_in_effect as tuning
+from imagebuild.inimage.tuning.bundle_format import (
+    TUNING_VARIABLES,
+    Bundle,
+    BundleProblem,
+    read_bundle,
+    tuning_env,
+    write_bundle,
+)
+from imagebuild.inimage.tuning.trace import problems_from_trace
 from tests.support.validate import assert_valid_report, check, run_imagebuild
 
 PROBLEMS = (BundleProblem(64, 48, 32, 1, "T", "N", "f32_r"),
@@ -134,7 +140,7 @@ def test_runner_runs_the_check_only_with_a_bundle(tmp_path):
                           "--report", "plain.json", cwd=tmp_path)
     plain = json.loads((tmp_path / "plain.json").read_text())
     assert "tuning" not in [c["name"] for c in plain["checks"]]
-    from imagebuild.validate.checks.options import parse, selected_checks
+    from imagebuild.inimage.options import parse, selected_checks
 
     assert "tuning" not in selected_checks(parse([]))
     assert "tuning" in selected_checks(parse(["--tuning", "x"]))
@@ -161,7 +167,7 @@ def test_a_broken_bundle_is_refused_before_anything_runs(tmp_path):
 
 
 def test_verify_in_the_image_cli_skips_on_cpu_with_the_reason(tmp_path, capsys):
-    from imagebuild.validate.checks.tune_cli import main
+    from imagebuild.inimage.tuning.command import main
 
     directory = tmp_path / "bundle"
     cpu_bundle(directory)

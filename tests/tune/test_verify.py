@@ -1,7 +1,7 @@
 """Comparison of GEMM runs without and with a tuning bundle."""
 
-from imagebuild.tune.problem import GemmProblem
-from imagebuild.tune.verify import (
+from imagebuild.inimage.tuning.problems import GemmProblem
+from imagebuild.inimage.tuning.verify import (
     Measurement,
     ProblemComparison,
     git_version_mismatch,

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from imagebuild.validate.checks.context import Context
-from imagebuild.validate.checks.data import effective_thresholds, load_gpu_data
-from imagebuild.validate.checks.launch import Launch
-from imagebuild.validate.checks.options import parse
+from imagebuild.inimage.check_context import Context
+from imagebuild.inimage.gpu_data import effective_thresholds, load_gpu_data
+from imagebuild.inimage.job_rank import Launch
+from imagebuild.inimage.options import parse
 from tests.support.engine_env import (  # noqa: F401  (pytest fixtures, re-exported)
     base_image,
     docker_engine,
@@ -59,7 +59,7 @@ def one_rank_group() -> Iterator[None]:
     """A one-rank gloo process group, for checks that call torch.distributed."""
     import torch.distributed as dist
 
-    from imagebuild.validate.checks.launch import free_port
+    from imagebuild.inimage.job_rank import free_port
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())

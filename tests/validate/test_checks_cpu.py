@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend
 
-from imagebuild.validate.checks import attention, devices, environment, gemm, hipblaslt, network
-from imagebuild.validate.checks.gpu import arch_supported
-from imagebuild.validate.checks.timing import calibrated_time, spread, time_loop
-from imagebuild.validate.checks.workload import GemmProblem
+from imagebuild.inimage.checks import attention, devices, environment, gemm, hipblaslt, network
+from imagebuild.inimage.gpu import arch_supported
+from imagebuild.inimage.model.workload import GemmProblem
+from imagebuild.inimage.timing import calibrated_time, spread, time_loop
 
 CPU = torch.device("cpu")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.validate.checks.data import (
+from imagebuild.inimage.gpu_data import (
     UsageError,
     effective_thresholds,
     load_gpu_data,

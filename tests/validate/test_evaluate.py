@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild.validate.checks import attention, collectives, gemm, train
-from imagebuild.validate.checks.data import effective_thresholds, load_gpu_data
-from imagebuild.validate.checks.report import exit_code
-from imagebuild.validate.checks.result import (
+from imagebuild.inimage.checks import attention, collectives, gemm, train
+from imagebuild.inimage.gpu_data import effective_thresholds, load_gpu_data
+from imagebuild.inimage.result import (
     FAILED,
     INCOMPLETE,
     NO_GPU,
@@ -21,6 +20,7 @@ from imagebuild.validate.checks.result import (
     passed,
     skipped,
 )
+from imagebuild.inimage.run_report import exit_code
 
 THRESHOLDS = effective_thresholds(load_gpu_data(), "H100")
 
@@ -132,8 +132,8 @@ def test_collectives_thresholds_depend_on_node_count() -> None:
 
 
 def _train_figures(losses: list[float], tokens_per_s: float = 5000.0) -> dict:
-    from imagebuild.validate.checks.llama import LLAMA_3_1_8B
-    from imagebuild.validate.checks.sizing import flops_per_token
+    from imagebuild.inimage.model.llama import LLAMA_3_1_8B
+    from imagebuild.inimage.model.sizing import flops_per_token
 
     flops = flops_per_token(LLAMA_3_1_8B, 8192)
     return {"layers": 32, "layers_source": "test", "seq": 8192, "losses": losses,

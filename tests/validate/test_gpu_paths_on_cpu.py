@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from imagebuild.validate.checks import attention, gemm, train
-from imagebuild.validate.checks.llama import LlamaConfig
+from imagebuild.inimage.checks import attention, gemm, train
+from imagebuild.inimage.model.llama import LlamaConfig
 from tests.support.validate import report_schema
 
 SMALL = LlamaConfig(n_layers=32, dim=128, n_heads=4, n_kv_heads=2, ffn_dim=384,

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from imagebuild.validate.checks.llama import (
+from imagebuild.inimage.model.llama import (
     LLAMA_3_1_8B,
     Llama,
     LlamaConfig,
@@ -18,7 +18,7 @@ from imagebuild.validate.checks.llama import (
     rope_frequencies,
     rope_tables,
 )
-from imagebuild.validate.checks.sizing import flops_per_token, mfu
+from imagebuild.inimage.model.sizing import flops_per_token, mfu
 
 TINY = LlamaConfig(n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn_dim=160, vocab_size=256,
                    max_seq_len=128)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild.validate.checks.nccl_log import parse, transport_kind
+from imagebuild.inimage.checks.nccl_log import parse, transport_kind
 
 OFI_RUN = """\
 nid001234:91011:91011 [0] NCCL INFO Bootstrap : Using hsn0:10.100.4.21<0>
@@ -111,7 +111,7 @@ nid001234:91011:91120 [0] NCCL INFO Channel 00/0 : 3[3] -> 4[0] [send] via NET/A
 
 
 def test_symbol_version_error_is_named_as_the_cause() -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(SYMBOL_VERSION)
     assert summary.internal_fallback and summary.fell_back_to_socket
@@ -125,7 +125,7 @@ def test_symbol_version_error_is_named_as_the_cause() -> None:
 
 
 def test_missing_file_and_socket_fallback_on_one_node_only_reports_the_plugin() -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(PLUGIN_LOAD_RETURNED)
     assert summary.plugin_failure_causes == [
@@ -136,7 +136,7 @@ def test_missing_file_and_socket_fallback_on_one_node_only_reports_the_plugin() 
 
 
 def test_wrong_provider_fails_and_cxi_passes() -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(TCP_PROVIDER)
     assert summary.provider == "tcp" and summary.gdr is None
@@ -149,7 +149,7 @@ def test_wrong_provider_fails_and_cxi_passes() -> None:
 
 
 def test_gdr_disabled_across_nodes_fails() -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(CXI_NO_GDR)
     assert summary.provider == "cxi" and summary.gdr is False
@@ -161,7 +161,7 @@ def test_gdr_disabled_across_nodes_fails() -> None:
 def test_expected_provider_comes_from_the_option_or_fi_provider() -> None:
     from types import SimpleNamespace
 
-    from imagebuild.validate.checks.network import expected_provider
+    from imagebuild.inimage.checks.network import expected_provider
 
     assert expected_provider(SimpleNamespace(expect_net_provider="cxi"), {}) == "cxi"
     assert expected_provider(SimpleNamespace(expect_net_provider=None),
@@ -233,7 +233,7 @@ nid005001:77:90 [0] NCCL INFO Channel 00/0 : 3[3] -> 4[0] [send] via NET/Libfabr
 @pytest.mark.parametrize("log", [RCCL_60_SYMBOL, RCCL_64_SYMBOL, RCCL_7_SYMBOL],
                          ids=["rccl-6.0", "rccl-6.4", "rccl-7"])
 def test_symbol_version_is_the_cause_in_every_release(log: str) -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(log)
     assert not summary.plugin_in_use
@@ -256,7 +256,7 @@ def test_rccl_72_default_name_is_named_with_the_remedy() -> None:
 
 
 def test_plugin_without_a_provider_fails_naming_initialisation() -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(RCCL_7_NO_PROVIDER)
     assert summary.plugin_library == "/opt/imagebuild/network-plugin/lib/librccl-net.so"
@@ -267,7 +267,7 @@ def test_plugin_without_a_provider_fails_naming_initialisation() -> None:
 
 
 def test_nccl_net_naming_a_missing_network_fails_with_the_missing_file() -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(RCCL_7_NET_NOT_FOUND)
     assert summary.network is None and summary.networks_not_found == ["AWS Libfabric"]
@@ -279,7 +279,7 @@ def test_nccl_net_naming_a_missing_network_fails_with_the_missing_file() -> None
 def test_the_loaders_own_message_beats_rccl_7s_could_not_find() -> None:
     """RCCL 7 prints "Could not find: <plugin>" when a dependency of the plugin is missing
     (it matches "No such file" in the dlerror); this process's dlopen names the file."""
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(RCCL_7_NET_NOT_FOUND)
     load_error = ("libcxi.so.1: cannot open shared object file: No such file or directory")
@@ -289,7 +289,7 @@ def test_the_loaders_own_message_beats_rccl_7s_could_not_find() -> None:
 
 
 def test_rccl_7_good_run_passes_and_a_wrong_provider_does_not() -> None:
-    from imagebuild.validate.checks.network import judge_log
+    from imagebuild.inimage.checks.network import judge_log
 
     summary = parse(RCCL_7_GOOD)
     assert summary.plugin_in_use and summary.plugin_loaded == "Libfabric"
@@ -305,7 +305,7 @@ def test_rccl_7_good_run_passes_and_a_wrong_provider_does_not() -> None:
 
 
 def test_a_communicator_that_could_not_be_created_names_the_cause() -> None:
-    from imagebuild.validate.checks.network import communicator_problem
+    from imagebuild.inimage.checks.network import communicator_problem
 
     summary = parse(RCCL_7_NET_NOT_FOUND)
     problem = communicator_problem("DistBackendError: NCCL error: invalid usage", summary)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild.validate.checks.llama import LLAMA_3_1_8B, LlamaConfig
-from imagebuild.validate.checks.plan import estimate, most_layers, plan_training
+from imagebuild.inimage.model.llama import LLAMA_3_1_8B, LlamaConfig
+from imagebuild.inimage.model.step_plan import estimate, most_layers, plan_training
 
 GB = 10**9
 GIB = 2**30

@@ -1,5 +1,6 @@
-"""The in-image checks import only the standard library and torch, so they
-run in any image on any launcher, and run from a copy under the image's package name with nothing else importable."""
+"""The in-image package (imagebuild.inimage: checks, tuning, model) imports only the
+standard library and torch, so it runs in any image on any launcher, and runs from a copy
+under the image's package name with nothing else importable."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from imagebuild.validate.bundle import CHECKS_DIR, IMAGE_PACKAGE, stage
+from imagebuild.validate.stage_checks import CHECKS_DIR, IMAGE_PACKAGE, stage
 from tests.support.validate import assert_valid_report, check
 
 ALLOWED = set(sys.stdlib_module_names) | {"torch"}
@@ -43,12 +44,36 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def test_every_import_in_the_checks_package_is_stdlib_or_torch() -> None:
-    modules = sorted(CHECKS_DIR.glob("*.py"))
-    assert len(modules) > 10
-    offenders = [f"{path.name}:{line}: {name}" for path in modules
+def test_every_import_in_the_in_image_package_is_stdlib_or_torch() -> None:
+    modules = sorted(CHECKS_DIR.rglob("*.py"))
+    assert {"checks", "tuning", "model"} <= {p.parent.name for p in modules}
+    assert len(modules) > 30
+    offenders = [f"{path.relative_to(CHECKS_DIR)}:{line}: {name}" for path in modules
                  for line, name in _imports(path) if name.split(".")[0] not in ALLOWED]
-    assert not offenders, "non-stdlib imports in the in-image checks:\n" + "\n".join(offenders)
+    offenders += _escapes(CHECKS_DIR, modules)
+    assert not offenders, "non-stdlib imports in the in-image package:\n" + "\n".join(offenders)
+
+
+def _escapes(root: Path, modules: list[Path]) -> list[str]:
+    """Relative imports that climb above ``root``: they would reach the host package."""
+    found = []
+    for path in modules:
+        depth = len(path.relative_to(root).parts) - 1  # 0 for a module at the top
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level > depth + 1:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: "
+                             f"{'.' * node.level}{node.module or ''} leaves the package")
+    return found
+
+
+def test_the_import_rule_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    bad = [tmp_path / "a.py", tmp_path / "sub" / "b.py"]
+    bad[0].write_text("import yaml\nfrom . import c\n")
+    bad[1].write_text("from ...imagebuild import errors\nfrom .. import a\n")
+    assert [name for path in bad for _, name in _imports(path)
+            if name.split(".")[0] not in ALLOWED] == ["yaml"]
+    assert _escapes(tmp_path, bad) == ["sub/b.py:1: ...imagebuild leaves the package"]
 
 
 def test_staged_checks_run_alone_under_the_image_package_name(tmp_path: Path) -> None:

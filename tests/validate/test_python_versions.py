@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.validate.bundle import CHECKS_DIR
+from imagebuild.validate.stage_checks import CHECKS_DIR
 
 
 def _vermin() -> list[str]:

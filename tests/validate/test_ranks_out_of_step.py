@@ -9,16 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from imagebuild.validate.checks.launch import free_port
+from imagebuild.inimage.job_rank import free_port
 
 SCRIPT = r'''
 import json, os, sys
 import torch, torch.distributed as dist
-from imagebuild.validate.checks.context import Context, RanksOutOfStep
-from imagebuild.validate.checks.launch import Launch
-from imagebuild.validate.checks.options import parse
-from imagebuild.validate.checks.result import failed, passed
-from imagebuild.validate.checks.runner import _gather_results
+from imagebuild.inimage.check_context import Context, RanksOutOfStep
+from imagebuild.inimage.job_rank import Launch
+from imagebuild.inimage.options import parse
+from imagebuild.inimage.result import failed, passed
+from imagebuild.inimage.check_runner import _gather_results
 
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo", rank=rank, world_size=2)

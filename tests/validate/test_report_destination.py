@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.validate.checks.report import default_report_destination
+from imagebuild.inimage.run_report import default_report_destination
 from tests.support.validate import REPO
 
 WHEN = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)  # noqa: UP017 (3.10)
@@ -83,7 +83,7 @@ def test_the_runner_says_where_it_wrote(tmp_path: Path) -> None:
     temp.mkdir()
     env = {key: value for key, value in os.environ.items() if key != "IMAGEBUILD_MANIFEST"}
     env.update(TMPDIR=str(temp), PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "imagebuild.validate.checks", "--allow-cpu",
+    proc = subprocess.run([sys.executable, "-m", "imagebuild.inimage", "--allow-cpu",
                            "--checks", "environment", "--nproc", "1"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=300,
                           check=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from imagebuild.validate.checks import train
+from imagebuild.inimage.checks import train
 from tests.support.validate import REPO, assert_valid_report, check
 
 
@@ -93,7 +93,7 @@ def test_report_on_disk_after_each_check_survives_a_killed_run(tmp_path: Path) -
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEBUILD_")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "imagebuild.validate.checks", "--checks",
+        [sys.executable, "-m", "imagebuild.inimage", "--checks",
          "environment,devices,train", "--nproc", "1", "--allow-cpu", "--train-steps",
          "100000", "--report", str(report)],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from imagebuild.validate.checks import gemm
-from imagebuild.validate.checks.llama import LLAMA_3_1_8B, Llama, LlamaConfig
-from imagebuild.validate.checks.workload import (
+from imagebuild.inimage.checks import gemm
+from imagebuild.inimage.model.llama import LLAMA_3_1_8B, Llama, LlamaConfig
+from imagebuild.inimage.model.workload import (
     fsdp_collectives,
     gemm_problems,
     megatron_collectives,
