@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from imagebuild.inimage.tuning import command as tune_cli
+from imagebuild.inimage.tuning import command as tuning_command
 from imagebuild.inimage.tuning import gemm_tuner
 from imagebuild.tune.problem import TuneError, host_errors
 
@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="tune_command", metavar="STEP", required=True)
 
     shapes = sub.add_parser("shapes", help="list a training step's GEMM problems as a CSV")
-    tune_cli.add_shapes_arguments(shapes)
+    tuning_command.add_shapes_arguments(shapes)
     shapes.set_defaults(func=run_shapes)
 
     gemm = sub.add_parser("gemm", help="tune the problems on this GPU; write a bundle")
@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
     rccl.set_defaults(func=run_rccl)
 
     verify = sub.add_parser("verify", help="does a bundle match here, and take effect?")
-    tune_cli.add_verify_arguments(verify)
+    tuning_command.add_verify_arguments(verify)
     verify.add_argument("--image-digest", default=os.environ.get("IMAGEBUILD_IMAGE_DIGEST"),
                         help="compare with this image digest instead of here")
     verify.add_argument("--hipblaslt-git-version", default=None,
@@ -83,7 +83,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_shapes(args: argparse.Namespace) -> int:
-    return host_errors(tune_cli.run_shapes)(args)
+    return host_errors(tuning_command.run_shapes)(args)
 
 
 def run_gemm(args: argparse.Namespace) -> int:
@@ -152,7 +152,7 @@ def run_verify(args: argparse.Namespace) -> int:
         check_match(bundle, Target(torch_version=torch.__version__), args.bundle)
     except ImportError:
         pass
-    return host_errors(tune_cli.run_verify)(args)
+    return host_errors(tuning_command.run_verify)(args)
 
 
 def run_edf(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """What a runtime needs to use a tuning bundle: a read-only mount and environment variables.
 
 A pure function: the EDF renderer and the validate launchers turn the result into their
-own syntax. The variables are ``tune_bundle.tuning_env``'s (its docstring names each one
-and its source); a derived image sets the same ones with the bundle copied to the same
+own syntax. The variables are ``tuning_env``'s (imagebuild.inimage.tuning.bundle_format,
+whose docstring names each one and its source); a derived image sets the same ones with the bundle copied to the same
 place, so a bundle behaves the same mounted or baked.
 """
 

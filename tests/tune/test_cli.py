@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from imagebuild.commands import COMMANDS, tune
-from imagebuild.inimage.tuning import gemm_tuner as tune_gemm
+from imagebuild.inimage.tuning import gemm_tuner
 from imagebuild.tune.problem import TuneError
 
 from .test_bundle_apply import make_bundle
@@ -62,7 +62,7 @@ def test_gemm_on_cpu_skips_with_reason(tmp_path, capsys):
     assert run(["gemm", str(problems), "--out", str(out), "--allow-cpu"]) == 0
     printed = capsys.readouterr().out
     assert "skipped: GPU-only" in printed
-    record = json.loads((out / tune_gemm.RESULTS).read_text())
+    record = json.loads((out / gemm_tuner.RESULTS).read_text())
     assert record["methods"]["tunableop"]["skipped"].startswith("GPU-only")
     assert record["problems"] == []
 
@@ -87,7 +87,7 @@ def test_gemm_flags_are_the_images_own(monkeypatch):
     tune.register(parser.add_subparsers(dest="command"))
     host = parser._subparsers._group_actions[0].choices["tune"]
     host_gemm = host._subparsers._group_actions[0].choices["gemm"]
-    image = tune_gemm.build_parser()
+    image = gemm_tuner.build_parser()
     assert _gemm_options(host_gemm) == _gemm_options(image)
     from imagebuild.inimage.tuning.command import build_parser
 
@@ -126,10 +126,10 @@ def test_gemm_interrupted_keeps_what_was_tuned(tmp_path, monkeypatch, capsys):
     saved and bundled, and the exit code says it was interrupted. The GPU is a seam here."""
     problems = tmp_path / "problems.csv"
     run(["shapes", "--model", "llama-3.1-8b", "--out", str(problems)])
-    monkeypatch.setattr(tune_gemm, "gpu_facts", lambda index=0: {"gpu": "stand-in",
+    monkeypatch.setattr(gemm_tuner, "gpu_facts", lambda index=0: {"gpu": "stand-in",
                                                                  "vendor": "nvidia"})
-    monkeypatch.setattr(tune_gemm, "tunableop_validators", dict)
-    monkeypatch.setattr(tune_gemm, "skip_reason", lambda *a: None)
+    monkeypatch.setattr(gemm_tuner, "tunableop_validators", dict)
+    monkeypatch.setattr(gemm_tuner, "skip_reason", lambda *a: None)
 
     def tune_two_then_stop(problems, out, record, *rest):
         for problem in problems[:2]:
@@ -143,11 +143,11 @@ def test_gemm_interrupted_keeps_what_was_tuned(tmp_path, monkeypatch, capsys):
         return SimpleNamespace(files={"tunableop": "x.csv"}, problems=[1, 2], recipe="r",
                                torch_version="t", gpu_arch="g")
 
-    monkeypatch.setattr(tune_gemm, "tune_tunableop", tune_two_then_stop)
-    monkeypatch.setattr(tune_gemm, "bundle_from_run", bundle_from_run)
+    monkeypatch.setattr(gemm_tuner, "tune_tunableop", tune_two_then_stop)
+    monkeypatch.setattr(gemm_tuner, "bundle_from_run", bundle_from_run)
     out = tmp_path / "bundle"
     assert run(["gemm", str(problems), "--out", str(out), "--method", "tunableop"]) == 130
-    record = json.loads((out / tune_gemm.RESULTS).read_text())
+    record = json.loads((out / gemm_tuner.RESULTS).read_text())
     assert record["stopped"] == "interrupted after 2 of 15 problems"
     assert [p["m"] for p in record["problems"]] == ["14336", "4096"]
     assert bundled["out"] == out

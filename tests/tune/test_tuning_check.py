@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from imagebuild.inimage.checks import tuning_in_effect as tuning
+from imagebuild.inimage.checks import tuning_in_effect
 from imagebuild.inimage.tuning.bundle_format import (
     TUNING_VARIABLES,
     Bundle,
@@ -50,7 +50,7 @@ def test_operands_are_the_problem_they_measure(tmp_path):
         for p in PROBLEMS:
             spec = {"m": p.m, "n": p.n, "k": p.k, "batch_count": p.batch_count,
                     "transA": p.transA, "transB": p.transB, "a_type": p.a_type}
-            mat1, mat2, out = tuning._operands(spec, torch.device("cpu"))
+            mat1, mat2, out = tuning_in_effect._operands(spec, torch.device("cpu"))
             (torch.mm if mat1.dim() == 2 else torch.bmm)(mat1, mat2, out=out)
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
@@ -70,7 +70,7 @@ def test_children_run_without_then_with_the_bundle(tmp_path, monkeypatch):
     bundle = cpu_bundle(directory)
     monkeypatch.setenv("PYTORCH_TUNABLEOP_ENABLED", "1")
     monkeypatch.setenv("HIPBLASLT_TUNING_OVERRIDE_FILE", "/elsewhere/override.txt")
-    rows, extra, reasons, _ = tuning.compare(directory, read_bundle(directory), "cpu",
+    rows, extra, reasons, _ = tuning_in_effect.compare(directory, read_bundle(directory), "cpu",
                                              tmp_path)
     assert extra["env_without"] == {}
     assert extra["env_with"] == tuning_env(bundle, str(directory))
@@ -86,7 +86,7 @@ def test_children_run_without_then_with_the_bundle(tmp_path, monkeypatch):
 def test_on_cpu_it_matches_and_skips_with_the_reason(tmp_path):
     directory = tmp_path / "bundle"
     cpu_bundle(directory, recipe="cpu-demo")
-    status, reason, figures = tuning.evaluate(directory, {"recipe": "cpu-demo"}, None, tmp_path)
+    status, reason, figures = tuning_in_effect.evaluate(directory, {"recipe": "cpu-demo"}, None, tmp_path)
     assert status == "skipped"
     assert reason.startswith("GPU-only: GEMMs without and with the bundle (3 problems)")
     assert "recipe cpu-demo" in reason and f"torch_version {torch.__version__}" in reason
@@ -105,7 +105,7 @@ def test_on_cpu_it_matches_and_skips_with_the_reason(tmp_path):
 def test_a_bundle_of_another_build_fails_naming_the_field(tmp_path, change, manifest, field):
     directory = tmp_path / "bundle"
     cpu_bundle(directory, **change)
-    status, reason, figures = tuning.evaluate(directory, manifest, None, tmp_path)
+    status, reason, figures = tuning_in_effect.evaluate(directory, manifest, None, tmp_path)
     assert status == "failed"
     assert reason.startswith("the bundle does not match: ") and field in reason
     assert any(line.startswith(field) for line in figures["mismatches"])
@@ -115,7 +115,7 @@ def test_an_abbreviated_library_revision_matches_the_locked_commit(tmp_path):
     directory = tmp_path / "bundle"
     cpu_bundle(directory, hipblaslt_git_version="c7a3b1f2d")
     manifest = {"hipblaslt": {"enabled": True, "commit": "c7a3b1f2d" + "0" * 31}}
-    assert tuning.evaluate(directory, manifest, None, tmp_path)[0] == "skipped"
+    assert tuning_in_effect.evaluate(directory, manifest, None, tmp_path)[0] == "skipped"
 
 
 def test_runner_runs_the_check_only_with_a_bundle(tmp_path):

@@ -3,7 +3,7 @@
 bf16 compute with fp32 master weights through FSDP2 (fully_shard per block and at the
 root with a bf16-param / fp32-reduce MixedPrecisionPolicy, as torchtitan trains
 Llama-3.1-8B), fused AdamW, gradient clipping, sequence 8192, micro-batch 1 per rank.
-All 32 blocks are trained whenever the ranks can hold them; plan.py picks the activation
+All 32 blocks are trained whenever the ranks can hold them; step_plan.py picks the activation
 checkpointing (none, selective = every other block, full) that fits. When even full
 checkpointing cannot fit (one GPU holds 128 GB of fp32 state for 8B parameters), the step
 is a declared proxy with fewer blocks: the report says ``workload: proxy`` with its exact

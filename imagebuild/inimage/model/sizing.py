@@ -1,4 +1,4 @@
-"""Model FLOPs per token and MFU (what fits in memory is plan.py's job).
+"""Model FLOPs per token and MFU (what fits in memory is step_plan.py's job).
 
 FLOPs per token (training: forward + backward) follow PaLM (Chowdhery et al. 2022,
 "PaLM: Scaling Language Modeling with Pathways", Appendix B) as torchtitan computes them
