@@ -27,11 +27,10 @@ from imagebuild.tune.derive import BASE_LABEL, BUNDLE_LABEL
 from testbed.cpu_recipe import RECIPE as RECIPE_TEXT
 from testbed.cpu_recipe import torch_wheel
 from tests.e2e.conftest import wheel_index  # noqa: F401  (pytest fixture)
+from tests.inimage.checks.test_tuning_in_effect import cpu_bundle
 from tests.support import engine_env
 from tests.support.squashfs import cat
 from tests.support.validate import check
-
-from .test_tuning_check import cpu_bundle
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 

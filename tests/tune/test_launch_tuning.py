@@ -17,8 +17,7 @@ from imagebuild.validate.launch_enroot import enroot_argvs
 from imagebuild.validate.launch_podman import podman_argv
 from imagebuild.validate.target import Target
 from imagebuild.validate.tuning_rows import tuning_rows
-
-from .test_tuning_check import cpu_bundle
+from tests.inimage.checks.test_tuning_in_effect import cpu_bundle
 
 MOUNT = "/opt/imagebuild/tuning"
 IMAGE = Target("image", "imagebuild/cpu-demo:latest")
