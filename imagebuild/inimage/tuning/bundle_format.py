@@ -3,8 +3,8 @@ valid for, the check that refuses to apply them anywhere else, and the environme
 makes each library load its file.
 
 Standard library only: the image writes bundles (``imagebuild tune gemm`` there) and its
-``tuning`` validation check reads them; the host imports this through
-``imagebuild.tune.bundle``.
+``tuning`` validation check reads them; the host imports this directly
+(``imagebuild.tune.bundle`` adds the digest and raises its errors as TuneError).
 
 Why the check: hipBLASLt compares an override file's first line (``Git Version: <rev>``)
 with the running library's git revision and, on a difference, silently turns the override

@@ -1,7 +1,7 @@
 """A GEMM problem in hipBLASLt terms, aggregated occurrences, and the problems CSV.
 
 Standard library only: the image runs it (``imagebuild tune shapes`` there) and the host
-imports it through ``imagebuild.tune.problem``.
+imports it directly (``imagebuild.tune.problem`` raises its errors as TuneError).
 """
 
 from __future__ import annotations
