@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Wall time of the CPU-mode validation suite, the run CI does in every image.
 
-Runs ``python -m imagebuild.validate.checks --allow-cpu`` (two gloo ranks spawned by the
+Runs ``python -m imagebuild.inimage --allow-cpu`` (two gloo ranks spawned by the
 runner, the reduced Llama train step) ``--repeat`` times and prints the total wall time
 and each check's duration from the reports, plus the train step's throughput.
 
@@ -41,7 +41,7 @@ def main() -> int:
             report = Path(tmp) / f"r{i}.json"
             begin = time.perf_counter()
             proc = subprocess.run(
-                [sys.executable, "-m", "imagebuild.validate.checks", "--allow-cpu",
+                [sys.executable, "-m", "imagebuild.inimage", "--allow-cpu",
                  "--report", str(report), *extra], cwd=tmp, capture_output=True, text=True,
                 check=False, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
             walls.append(time.perf_counter() - begin)

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from imagebuild.validate.checks.report import utc_now
+from imagebuild.inimage.run_report import utc_now
 from imagebuild.validate.compare import (
     comparison_notes,
     comparison_rows,
@@ -21,7 +21,7 @@ from imagebuild.validate.compare import (
     load_report,
     plot,
 )
-from imagebuild.validate.tuning import tuning_rows
+from imagebuild.validate.tuning_rows import tuning_rows
 
 
 def register(subparsers: Any) -> None:

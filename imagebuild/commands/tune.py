@@ -25,8 +25,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from imagebuild.tune.problem import TuneError, host_errors, read_csv
-from imagebuild.validate.checks import tune_cli
+from imagebuild.inimage.tuning import command as tuning_command
+from imagebuild.inimage.tuning import gemm_tuner
+from imagebuild.tune.problem import TuneError, host_errors
 
 
 def register(subparsers: Any) -> None:
@@ -36,24 +37,11 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="tune_command", metavar="STEP", required=True)
 
     shapes = sub.add_parser("shapes", help="list a training step's GEMM problems as a CSV")
-    tune_cli.add_shapes_arguments(shapes)
+    tuning_command.add_shapes_arguments(shapes)
     shapes.set_defaults(func=run_shapes)
 
     gemm = sub.add_parser("gemm", help="tune the problems on this GPU; write a bundle")
-    gemm.add_argument("problems", type=Path, help="problems CSV from `tune shapes`")
-    gemm.add_argument("--out", type=Path, default=Path("tuning/bundle"))
-    gemm.add_argument("--method", choices=("auto", "tunableop", "hipblaslt"), default="auto")
-    gemm.add_argument("--bench", default=None, help="hipblaslt-bench path")
-    gemm.add_argument("--budget-s", type=float, default=3600.0, help="time budget (s)")
-    gemm.add_argument("--iters", type=int, default=100)
-    gemm.add_argument("--cold-iters", type=int, default=20)
-    gemm.add_argument("--rotating-mb", type=int, default=512,
-                      help="rotating buffer, larger than the GPU's cache (default 512)")
-    gemm.add_argument("--top", type=int, default=0, help="only the N most important problems")
-    gemm.add_argument("--image-digest", default=os.environ.get("IMAGEBUILD_IMAGE_DIGEST", ""))
-    gemm.add_argument("--recipe", default=os.environ.get("IMAGEBUILD_RECIPE", ""))
-    gemm.add_argument("--allow-cpu", action="store_true",
-                      help="exit 0 when there is no GPU to tune on")
+    gemm_tuner.add_gemm_arguments(gemm)  # the image's own flags: one definition
     gemm.set_defaults(func=run_gemm)
 
     rccl = sub.add_parser("rccl", help="collectives from NCCL/RCCL logs; tuner config")
@@ -66,7 +54,7 @@ def register(subparsers: Any) -> None:
     rccl.set_defaults(func=run_rccl)
 
     verify = sub.add_parser("verify", help="does a bundle match here, and take effect?")
-    tune_cli.add_verify_arguments(verify)
+    tuning_command.add_verify_arguments(verify)
     verify.add_argument("--image-digest", default=os.environ.get("IMAGEBUILD_IMAGE_DIGEST"),
                         help="compare with this image digest instead of here")
     verify.add_argument("--hipblaslt-git-version", default=None,
@@ -95,20 +83,11 @@ def register(subparsers: Any) -> None:
 
 
 def run_shapes(args: argparse.Namespace) -> int:
-    return host_errors(tune_cli.run_shapes)(args)
+    return host_errors(tuning_command.run_shapes)(args)
 
 
 def run_gemm(args: argparse.Namespace) -> int:
-    from imagebuild.validate.checks import tune_gemm
-
-    read_csv(args.problems)  # a broken CSV fails here, with its line, before any GPU work
-    argv = [str(args.problems), str(args.out), "--method", args.method, "--budget-s",
-            str(args.budget_s), "--iters", str(args.iters), "--cold-iters",
-            str(args.cold_iters), "--rotating-mb", str(args.rotating_mb), "--top",
-            str(args.top), "--image-digest", args.image_digest, "--recipe", args.recipe]
-    argv += (["--bench", args.bench] if args.bench else []) + \
-        (["--allow-cpu"] if args.allow_cpu else [])
-    return tune_gemm.main(argv)
+    return host_errors(gemm_tuner.run_gemm)(args)
 
 
 def run_rccl(args: argparse.Namespace) -> int:
@@ -159,7 +138,8 @@ def read_sweep(path: Path) -> list:
 def run_verify(args: argparse.Namespace) -> int:
     """Match against the flags' target (or here), then compare GEMMs without and with the
     bundle on this GPU."""
-    from imagebuild.tune.bundle import Target, check_match, read_bundle
+    from imagebuild.inimage.tuning.bundle_format import Target
+    from imagebuild.tune.bundle import check_match, read_bundle
 
     bundle = read_bundle(args.bundle)
     given = Target(args.image_digest or None, args.hipblaslt_git_version, None,
@@ -172,7 +152,7 @@ def run_verify(args: argparse.Namespace) -> int:
         check_match(bundle, Target(torch_version=torch.__version__), args.bundle)
     except ImportError:
         pass
-    return host_errors(tune_cli.run_verify)(args)
+    return host_errors(tuning_command.run_verify)(args)
 
 
 def run_edf(args: argparse.Namespace) -> int:

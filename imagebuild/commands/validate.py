@@ -17,22 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
+from imagebuild.inimage.gpu_data import UsageError, load_gpu_data, validate_thresholds
+from imagebuild.inimage.options import add_arguments
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.site import SiteProfile, load_site
-from imagebuild.validate.checks.data import UsageError, load_gpu_data, validate_thresholds
-from imagebuild.validate.checks.options import add_arguments
 from imagebuild.validate.host import GPU_KINDS, LAUNCHERS, choose_launcher, validate
 from imagebuild.validate.invocation import (
+    CONTAINER_LAUNCHERS,
     Invocation,
     iter_runner_flags,
     passthrough_env,
     prepare_inputs,
+    runs_in_container,
     staged_checks,
 )
 from imagebuild.validate.launch_sbatch import GPU_SELECTIONS, SbatchSpec
 from imagebuild.validate.site_defaults import SiteDefaults, expand_refs, present_binds, resolve
 from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
-from imagebuild.validate.tuning import tuning_launch
 
 #: Host-only flags: never forwarded to the in-image runner.
 _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", "nodes",
@@ -40,7 +41,6 @@ _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", 
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
                "bind_host_rocm", "tuning"}
-_CONTAINER_LAUNCHERS = ("docker", "podman", "apptainer", "enroot")
 
 
 def register(subparsers: Any) -> None:
@@ -184,7 +184,8 @@ def container_env(defaults: SiteDefaults, launcher: str, target: Target,
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from imagebuild.validate.display import ProgressDisplay, print_results
+    from imagebuild.tune.launch import tuning_launch
+    from imagebuild.validate.display import CheckProgress, print_results
 
     if args.local and args.target:
         raise ValidateError(f"--local validates this environment; drop the target {args.target!r} "
@@ -196,8 +197,7 @@ def run(args: argparse.Namespace) -> int:
                             "runs this environment on a SLURM cluster)")
     requested = "local" if args.local and args.launcher == "auto" else args.launcher
     launcher = choose_launcher(target, requested, shutil.which)
-    container = launcher in _CONTAINER_LAUNCHERS or (
-        launcher == "sbatch" and target.kind != "environment")
+    container = runs_in_container(launcher, target)
     gpus = "none" if args.cpu else (detect_gpu_kind() if args.gpus == "auto" else args.gpus)
     if launcher == "sbatch" and not args.cpu and args.gpus == "auto" and gpus == "none":
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
     defaults = site_defaults(args)
     thresholds = load_thresholds(args.thresholds)
     runner_args = iter_runner_flags(runner_values(args, defaults, launcher), _runner_actions())
-    tuning = tuning_launch(Path(args.tuning), target, launcher) if args.tuning else None
+    # validate/ takes the bundle as plain flags, binds and environment; tune/ makes them.
+    tuning = tuning_launch(Path(args.tuning), target.recipe, container) if args.tuning else None
     runner_args += list(tuning.runner_args) if tuning else []
     if launcher == "sbatch":
         inputs_dir = None
@@ -220,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     out = Console()
     err = Console(stderr=True)
     binds = defaults.binds
-    if launcher in _CONTAINER_LAUNCHERS:
+    if launcher in CONTAINER_LAUNCHERS:
         binds, skipped = present_binds(binds, dict(os.environ))
         for line in skipped:
             err.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
@@ -246,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"wrote {outcome.script_path}; submit it with: sbatch {outcome.script_path}",
                       soft_wrap=True)
             return 0
-        with ProgressDisplay(err) as progress:
+        with CheckProgress(err) as progress:
             outcome = validate(target, invocation, report_path=report_path,
                                on_event=progress.on_event, on_line=progress.on_line)
     finally:

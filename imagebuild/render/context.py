@@ -139,7 +139,7 @@ def python_lock(lock: Lock) -> str:
 def manifest(plan: BuildPlan) -> dict[str, Any]:
     """What /opt/imagebuild/manifest.json records: every pinned version and commit.
 
-    Keys read by the in-image checks (imagebuild/validate/checks/manifest.py): recipe,
+    Keys read by the in-image checks (imagebuild/inimage/image_manifest.py): recipe,
     input_hash, rocm_version, python_version, wheels, gpu_targets, hipblaslt{enabled,
     commit, bench}, network_plugin{enabled, kind, library}. No timestamps: the same inputs
     give the same bytes (and the same layer).

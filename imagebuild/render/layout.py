@@ -9,9 +9,9 @@ from pathlib import Path
 
 from imagebuild.recipe import grammar
 
-#: The in-image validation checks (standard library + torch only): copied from this source
-#: directory into the image under IMAGE_CHECKS_DIR/CHECKS_IMPORT_NAME.
-CHECKS_SOURCE = Path(__file__).resolve().parents[1] / "validate" / "checks"
+#: The in-image package (checks, tuning, model; standard library + torch only): copied from
+#: this source directory into the image under IMAGE_CHECKS_DIR/CHECKS_IMPORT_NAME.
+CHECKS_SOURCE = Path(__file__).resolve().parents[1] / "inimage"
 CHECKS_IMPORT_NAME = "imagebuild_checks"
 #: Everything imagebuild puts into an image that is not a build output lives here.
 IMAGE_ROOT = "/opt/imagebuild"

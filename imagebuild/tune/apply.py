@@ -1,8 +1,8 @@
 """What a runtime needs to use a tuning bundle: a read-only mount and environment variables.
 
 A pure function: the EDF renderer and the validate launchers turn the result into their
-own syntax. The variables are ``tune_bundle.tuning_env``'s (its docstring names each one
-and its source); a derived image sets the same ones with the bundle copied to the same
+own syntax. The variables are ``tuning_env``'s (imagebuild.inimage.tuning.bundle_format,
+whose docstring names each one and its source); a derived image sets the same ones with the bundle copied to the same
 place, so a bundle behaves the same mounted or baked.
 """
 
@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.inimage.tuning.bundle_format import DEFAULT_MOUNT_POINT, Bundle, tuning_env
 from imagebuild.recipe.site_runtime import Bind
-
-from .bundle import DEFAULT_MOUNT_POINT, Bundle, tuning_env
 
 __all__ = ["DEFAULT_MOUNT_POINT", "RuntimeTuning", "runtime_tuning"]
 

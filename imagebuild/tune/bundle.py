@@ -1,38 +1,20 @@
-"""The tuning bundle on the host: read, write and match it (the code is
-``validate/checks/tune_bundle.py``, which images carry, with its errors raised here as
-TuneError), and the digest that names a bundle in image tags, labels and EDF headers."""
+"""The tuning bundle on the host: read and match it with errors as TuneError (the format is
+imagebuild.inimage.tuning.bundle_format, which images carry), and the digest that names a
+bundle in image tags, labels and EDF headers."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-from imagebuild.validate.checks import tune_bundle
-from imagebuild.validate.checks.tune_bundle import (
-    BUNDLE_FILE,
-    DEFAULT_MOUNT_POINT,
-    FILE_KINDS,
-    FORMAT,
-    TUNING_VARIABLES,
-    Bundle,
-    BundleProblem,
-    Target,
-    mismatches,
-    ordinal_name,
-    same_revision,
-    tuning_env,
-    write_bundle,
-)
+from imagebuild.inimage.tuning import bundle_format
 
 from .problem import host_errors
 
-__all__ = ["BUNDLE_FILE", "DEFAULT_MOUNT_POINT", "FILE_KINDS", "FORMAT", "TUNING_VARIABLES",
-           "Bundle", "BundleProblem", "Target", "bundle_digest", "bundle_files", "check_match",
-           "mismatches", "ordinal_name", "read_bundle", "same_revision", "tuning_env",
-           "write_bundle"]
+__all__ = ["bundle_digest", "bundle_files", "check_match", "read_bundle"]
 
-read_bundle = host_errors(tune_bundle.read_bundle)
-check_match = host_errors(tune_bundle.check_match)
+read_bundle = host_errors(bundle_format.read_bundle)
+check_match = host_errors(bundle_format.check_match)
 
 
 def bundle_files(directory: Path) -> list[Path]:

@@ -40,6 +40,12 @@ from imagebuild.engine.build import build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.files import canonical_digest
 from imagebuild.images import BUILD_HASH_LABEL, ImageRef, image_repository
+from imagebuild.inimage.tuning.bundle_format import (
+    DEFAULT_MOUNT_POINT,
+    Bundle,
+    Target,
+    tuning_env,
+)
 from imagebuild.lock.check import current_lock
 from imagebuild.lock.model import Lock
 from imagebuild.recipe.model import Recipe, short_hash
@@ -48,16 +54,7 @@ from imagebuild.render.context import build_context
 from imagebuild.render.plan import make_plan
 from imagebuild.render.quoting import dockerfile_quote
 
-from .bundle import (
-    DEFAULT_MOUNT_POINT,
-    Bundle,
-    Target,
-    bundle_digest,
-    bundle_files,
-    check_match,
-    read_bundle,
-    tuning_env,
-)
+from .bundle import bundle_digest, bundle_files, check_match, read_bundle
 from .problem import TuneError
 
 #: The stage the derived image is built from (the rendered Dockerfiles end with ``final``).

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from imagebuild.convert.artifacts import Artifact, existing_artifact, write_edf_beside
 from imagebuild.errors import RecipeNotFound
+from imagebuild.inimage.tuning.bundle_format import Bundle
 from imagebuild.lock.check import current_lock
 from imagebuild.recipe.load import find_recipe, load_recipe, project_dir
 from imagebuild.recipe.site import load_site
 
 from .apply import DEFAULT_MOUNT_POINT, runtime_tuning
-from .bundle import Bundle, read_bundle
+from .bundle import read_bundle
 from .derive import checked_bundle
 from .problem import TuneError
 

@@ -1,8 +1,6 @@
-"""A GEMM problem in hipBLASLt terms, aggregated occurrences, and the problems CSV.
-
-The code lives with the in-image checks (``validate/checks/tune_problems.py``, standard
-library only) so that an image runs ``imagebuild tune shapes`` itself; here its input
-errors become ``TuneError``, which the CLI prints as one line with its location.
+"""Tuning errors on the host: the in-image tuning code (imagebuild.inimage.tuning, standard
+library only) raises its own ProblemError; here it becomes ``TuneError``, which the CLI
+prints as one line with its location.
 """
 
 from __future__ import annotations
@@ -13,20 +11,10 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from imagebuild.errors import ImagebuildError
-from imagebuild.validate.checks import tune_problems
-from imagebuild.validate.checks.tune_problems import (
-    HIPBLASLT_TYPES,
-    GemmProblem,
-    ProblemError,
-    ProblemStat,
-    aggregate,
-    compute_type_for,
-    time_shares,
-    write_csv,
-)
+from imagebuild.inimage.tuning import problems
+from imagebuild.inimage.tuning.problems import ProblemError, ProblemStat
 
-__all__ = ["HIPBLASLT_TYPES", "GemmProblem", "ProblemStat", "TuneError", "aggregate",
-           "compute_type_for", "host_errors", "read_csv", "time_shares", "write_csv"]
+__all__ = ["TuneError", "host_errors", "read_csv"]
 
 
 class TuneError(ImagebuildError):
@@ -38,7 +26,7 @@ R = TypeVar("R")
 
 
 def host_errors(function: Callable[P, R]) -> Callable[P, R]:
-    """``function`` with the checks' ProblemError raised as TuneError (same message)."""
+    """``function`` with the in-image ProblemError raised as TuneError (same message)."""
     @wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -51,4 +39,4 @@ def host_errors(function: Callable[P, R]) -> Callable[P, R]:
 @host_errors
 def read_csv(path: Path) -> list[ProblemStat]:
     """A problems CSV; errors name the file, line and column."""
-    return tune_problems.read_csv(path)
+    return problems.read_csv(path)

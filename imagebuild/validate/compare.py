@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
-from imagebuild.validate.checks.train_config import COMPARISON_KEYS, comparison_key, describe
+from imagebuild.inimage.model.train_config import COMPARISON_KEYS, comparison_key, describe
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from imagebuild.validate.checks.report import verdict_line, workload_notes
+from imagebuild.inimage.run_report import verdict_line, workload_notes
 
 STATUS_STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 STATUS_MARK = {"passed": "ok", "failed": "FAIL", "skipped": "skip"}
 
 
-class ProgressDisplay:
+class CheckProgress:
     """Live progress while the checks run: a spinner naming the running check and one
     line per finished check. Output that is not an event (warnings) is shown dimmed."""
 

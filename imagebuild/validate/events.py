@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from imagebuild.validate.checks.report import EVENT_PREFIX
+from imagebuild.inimage.run_report import EVENT_PREFIX
 
 Event = dict[str, Any]
 EventCallback = Callable[[Event], None]

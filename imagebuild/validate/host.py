@@ -27,7 +27,7 @@ from typing import Any
 from imagebuild.engine.base import Engine
 from imagebuild.engine.select import docker_reachable, open_engine
 from imagebuild.errors import ValidateError
-from imagebuild.validate.checks.report import default_report_path, utc_now
+from imagebuild.inimage.run_report import default_report_path, utc_now
 from imagebuild.validate.events import EventCallback, EventStream, LineCallback, stream_command
 from imagebuild.validate.invocation import Invocation
 from imagebuild.validate.launch_apptainer import apptainer_argv

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.recipe.site_runtime import Bind
-from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
+from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE, stage
+from imagebuild.validate.target import Target
 
 #: Host environment variables handed to the checks in a container: the ones that steer
 #: RCCL/NCCL, libfabric and its CXI provider, HIP/CUDA device visibility and the
@@ -32,6 +33,17 @@ CONTAINER_INPUTS = "/imagebuild-inputs"
 #: environment applies (a runtime's --env would replace the image's LD_LIBRARY_PATH, not
 #: extend it). The directory is $0, so no quoting of it is needed.
 LOADER_PREFIX_SCRIPT = 'export LD_LIBRARY_PATH="$0${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; exec "$@"'
+
+
+#: Launchers whose checks run in a container (host paths must be bound in).
+CONTAINER_LAUNCHERS = ("docker", "podman", "apptainer", "enroot")
+
+
+def runs_in_container(launcher: str, target: Target) -> bool:
+    """Whether the checks see the container's filesystem: a container launcher, or sbatch
+    with an image (apptainer or an EDF in the script), not sbatch of this environment."""
+    return launcher in CONTAINER_LAUNCHERS or (
+        launcher == "sbatch" and target.kind != "environment")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ host network and IPC and the GPUs passed through (how is the engine's business).
 from __future__ import annotations
 
 from imagebuild.engine.base import ContainerSpec, Engine, Mount
-from imagebuild.validate.bundle import IMAGE_PACKAGE
 from imagebuild.validate.events import EventStream
 from imagebuild.validate.invocation import (
     Invocation,
@@ -13,6 +12,7 @@ from imagebuild.validate.invocation import (
     container_env,
     container_mounts,
 )
+from imagebuild.validate.stage_checks import IMAGE_PACKAGE
 from imagebuild.validate.target import Target
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from imagebuild.validate.events import EventStream, stream_command
 from imagebuild.validate.invocation import Invocation
 
-#: The checkout (or installed tree) whose imagebuild.validate.checks the child imports.
+#: The checkout (or installed tree) whose imagebuild.inimage the child imports.
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,6 +27,6 @@ def local_env(invocation: Invocation, environ: dict[str, str]) -> dict[str, str]
 
 
 def run_local(invocation: Invocation, stream: EventStream, runner: Any = None) -> int:
-    argv = [sys.executable, "-m", "imagebuild.validate.checks", *invocation.runner_args,
+    argv = [sys.executable, "-m", "imagebuild.inimage", *invocation.runner_args,
             "--events", "--report", "-"]
     return stream_command(argv, stream, local_env(invocation, dict(os.environ)), runner)

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 from imagebuild.errors import ValidateError
 from imagebuild.recipe.site_runtime import CPU_BIND, GPU_SELECTIONS, IFNAME
-from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.invocation import LOADER_PREFIX_SCRIPT
 from imagebuild.validate.launch_apptainer import apptainer_gpu_flags
+from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE, stage
 
 if TYPE_CHECKING:
     from imagebuild.validate.invocation import Invocation

@@ -109,7 +109,7 @@ def test_manifest_lists_every_pin_for_the_in_image_checks(tmp_path: Path):
     recipe = load_recipe("rocm-7.0.2", REPO)
     lock = write_lock(recipe, tmp_path / "pylock.rocm-7.0.2.toml")
     data = manifest(make_plan(recipe, lock))
-    # The keys imagebuild/validate/checks reads.
+    # The keys imagebuild/inimage reads.
     assert data["recipe"] == "rocm-7.0.2"
     assert data["input_hash"] == recipe.input_hash()
     assert data["rocm_version"] == "7.0.2"

@@ -5,17 +5,16 @@ from dataclasses import replace
 
 import pytest
 
-from imagebuild.tune.apply import runtime_tuning
-from imagebuild.tune.bundle import (
+from imagebuild.inimage.tuning.bundle_format import (
     Bundle,
     BundleProblem,
     Target,
-    check_match,
     mismatches,
     ordinal_name,
-    read_bundle,
     write_bundle,
 )
+from imagebuild.tune.apply import runtime_tuning
+from imagebuild.tune.bundle import check_match, read_bundle
 from imagebuild.tune.problem import TuneError
 
 GIT = "c7a3b1f2d"
@@ -89,8 +88,8 @@ def test_runtime_settings(tmp_path):
 
 
 def test_bundle_from_a_tuner_run(tmp_path):
-    from imagebuild.tune.collect import bundle_from_run
-    from imagebuild.validate.checks.tune_bench import override_file_text
+    from imagebuild.inimage.tuning.bench import override_file_text
+    from imagebuild.inimage.tuning.gemm_tuner import bundle_from_run
 
     row = ",".join(["T", "N", "0", "1", "4096", "8192", "14336"] + ["0"] * 27 + ["73211",
                                                                                   "gfx942", "228"])

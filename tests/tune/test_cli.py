@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from imagebuild.commands import COMMANDS, tune
+from imagebuild.inimage.tuning import gemm_tuner
 from imagebuild.tune.problem import TuneError
-from imagebuild.validate.checks import tune_gemm
 
 from .test_bundle_apply import make_bundle
 from .test_rccl import LOG
@@ -62,7 +62,7 @@ def test_gemm_on_cpu_skips_with_reason(tmp_path, capsys):
     assert run(["gemm", str(problems), "--out", str(out), "--allow-cpu"]) == 0
     printed = capsys.readouterr().out
     assert "skipped: GPU-only" in printed
-    record = json.loads((out / tune_gemm.RESULTS).read_text())
+    record = json.loads((out / gemm_tuner.RESULTS).read_text())
     assert record["methods"]["tunableop"]["skipped"].startswith("GPU-only")
     assert record["problems"] == []
 
@@ -72,6 +72,30 @@ def test_gemm_rejects_a_broken_problems_csv(tmp_path):
     bad.write_text("m,n,k\n1,2,3\n")
     with pytest.raises(TuneError, match="missing column"):
         run(["gemm", str(bad), "--out", str(tmp_path / "b")])
+
+
+def _gemm_options(parser: argparse.ArgumentParser) -> dict:
+    return {tuple(a.option_strings) or a.dest: (a.dest, a.default, a.help, a.choices, a.nargs)
+            for a in parser._actions if a.dest != "help"}
+
+
+def test_gemm_flags_are_the_images_own(monkeypatch):
+    """One definition: `imagebuild tune gemm` on the host has the image's flags, defaults and
+    help (the README's `--out DIR` form included)."""
+    monkeypatch.delenv("IMAGEBUILD_RECIPE", raising=False)
+    parser = argparse.ArgumentParser(prog="imagebuild")
+    tune.register(parser.add_subparsers(dest="command"))
+    host = parser._subparsers._group_actions[0].choices["tune"]
+    host_gemm = host._subparsers._group_actions[0].choices["gemm"]
+    image = gemm_tuner.build_parser()
+    assert _gemm_options(host_gemm) == _gemm_options(image)
+    from imagebuild.inimage.tuning.command import build_parser
+
+    image_cli = build_parser()._subparsers._group_actions[0].choices["gemm"]
+    assert _gemm_options(image_cli) == _gemm_options(image)
+    args = host_gemm.parse_args(["tuning/problems.csv", "--out", "tuning/bundle",
+                                 "--budget-s", "1800"])
+    assert (str(args.out), args.budget_s, args.recipe) == ("tuning/bundle", 1800.0, None)
 
 
 def test_rccl_writes_collectives_and_tuner_config(tmp_path, capsys):
@@ -102,10 +126,10 @@ def test_gemm_interrupted_keeps_what_was_tuned(tmp_path, monkeypatch, capsys):
     saved and bundled, and the exit code says it was interrupted. The GPU is a seam here."""
     problems = tmp_path / "problems.csv"
     run(["shapes", "--model", "llama-3.1-8b", "--out", str(problems)])
-    monkeypatch.setattr(tune_gemm, "gpu_facts", lambda index=0: {"gpu": "stand-in",
+    monkeypatch.setattr(gemm_tuner, "gpu_facts", lambda index=0: {"gpu": "stand-in",
                                                                  "vendor": "nvidia"})
-    monkeypatch.setattr(tune_gemm, "tunableop_validators", dict)
-    monkeypatch.setattr(tune_gemm, "skip_reason", lambda *a: None)
+    monkeypatch.setattr(gemm_tuner, "tunableop_validators", dict)
+    monkeypatch.setattr(gemm_tuner, "skip_reason", lambda *a: None)
 
     def tune_two_then_stop(problems, out, record, *rest):
         for problem in problems[:2]:
@@ -119,11 +143,11 @@ def test_gemm_interrupted_keeps_what_was_tuned(tmp_path, monkeypatch, capsys):
         return SimpleNamespace(files={"tunableop": "x.csv"}, problems=[1, 2], recipe="r",
                                torch_version="t", gpu_arch="g")
 
-    monkeypatch.setattr(tune_gemm, "tune_tunableop", tune_two_then_stop)
-    monkeypatch.setattr(tune_gemm, "bundle_from_run", bundle_from_run)
+    monkeypatch.setattr(gemm_tuner, "tune_tunableop", tune_two_then_stop)
+    monkeypatch.setattr(gemm_tuner, "bundle_from_run", bundle_from_run)
     out = tmp_path / "bundle"
     assert run(["gemm", str(problems), "--out", str(out), "--method", "tunableop"]) == 130
-    record = json.loads((out / tune_gemm.RESULTS).read_text())
+    record = json.loads((out / gemm_tuner.RESULTS).read_text())
     assert record["stopped"] == "interrupted after 2 of 15 problems"
     assert [p["m"] for p in record["problems"]] == ["14336", "4096"]
     assert bundled["out"] == out

@@ -19,8 +19,7 @@ from imagebuild.render.edf import edf_image_path, render_edf
 from imagebuild.tune.apply import runtime_tuning
 from imagebuild.tune.bundle import read_bundle
 from imagebuild.tune.problem import TuneError
-
-from .test_tuning_check import cpu_bundle
+from tests.inimage.checks.test_tuning_in_effect import cpu_bundle
 
 MOUNT = "/opt/imagebuild/tuning"
 SITE = "cscs-beverin"

@@ -20,18 +20,17 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.images import BUILD_HASH_LABEL, latest_tag
+from imagebuild.inimage.model.llama import LLAMA_CPU_SMOKE
+from imagebuild.inimage.tuning.record import record_local
 from imagebuild.tune.bundle import bundle_digest, read_bundle
 from imagebuild.tune.derive import BASE_LABEL, BUNDLE_LABEL
-from imagebuild.validate.checks.llama import LLAMA_CPU_SMOKE
-from imagebuild.validate.checks.tune_record import record_local
 from testbed.cpu_recipe import RECIPE as RECIPE_TEXT
 from testbed.cpu_recipe import torch_wheel
 from tests.e2e.conftest import wheel_index  # noqa: F401  (pytest fixture)
+from tests.inimage.checks.test_tuning_in_effect import cpu_bundle
 from tests.support import engine_env
 from tests.support.squashfs import cat
 from tests.support.validate import check
-
-from .test_tuning_check import cpu_bundle
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 

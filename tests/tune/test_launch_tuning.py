@@ -11,17 +11,22 @@ import pytest
 from imagebuild.engine.docker import container_kwargs
 from imagebuild.engine.podman import container_argv
 from imagebuild.errors import ValidateError
-from imagebuild.validate.invocation import Invocation
+from imagebuild.tune.launch import tuning_launch
+from imagebuild.validate.invocation import Invocation, runs_in_container
 from imagebuild.validate.launch_apptainer import apptainer_argv
 from imagebuild.validate.launch_container import container_spec
 from imagebuild.validate.launch_enroot import enroot_argvs
 from imagebuild.validate.target import Target
-from imagebuild.validate.tuning import tuning_launch, tuning_rows
-
-from .test_tuning_check import cpu_bundle
+from imagebuild.validate.tuning_rows import tuning_rows
+from tests.inimage.checks.test_tuning_in_effect import cpu_bundle
 
 MOUNT = "/opt/imagebuild/tuning"
 IMAGE = Target("image", "imagebuild/cpu-demo:latest")
+
+
+def launch_for(bundle_dir, target: Target, launcher: str):
+    """As the validate command joins them: tune's launch for validate's target."""
+    return tuning_launch(bundle_dir, target.recipe, runs_in_container(launcher, target))
 
 
 def invocation(launch, launcher: str) -> Invocation:
@@ -32,7 +37,7 @@ def invocation(launch, launcher: str) -> Invocation:
 def test_container_launchers_bind_the_bundle_and_set_its_variables(tmp_path):
     cpu_bundle(tmp_path / "bundle")
     source = str((tmp_path / "bundle").resolve())
-    launch = tuning_launch(tmp_path / "bundle", IMAGE, "docker")
+    launch = launch_for(tmp_path / "bundle", IMAGE, "docker")
     assert launch.runner_args == ("--tuning", MOUNT)
     assert dict(launch.env) == {"PYTORCH_TUNABLEOP_ENABLED": "1",
                                 "PYTORCH_TUNABLEOP_TUNING": "0",
@@ -58,7 +63,7 @@ def test_container_launchers_bind_the_bundle_and_set_its_variables(tmp_path):
 
 def test_local_runs_read_the_bundle_where_it_is(tmp_path):
     cpu_bundle(tmp_path / "bundle")
-    launch = tuning_launch(tmp_path / "bundle", Target("environment"), "local")
+    launch = launch_for(tmp_path / "bundle", Target("environment"), "local")
     where = str((tmp_path / "bundle").resolve())
     assert launch.binds == ()
     assert launch.runner_args == ("--tuning", where)
@@ -77,9 +82,9 @@ def test_a_bundle_of_another_recipe_is_refused_before_launching(tmp_path, monkey
     target = Target("image", "imagebuild/cpu-demo:latest", recipe="cpu-demo")
     with pytest.raises(ValidateError, match=r"recipe: bundle has 'rocm-7.0.2', target has "
                                             r"'cpu-demo'"):
-        tuning_launch(tmp_path / "bundle", target, "docker")
+        launch_for(tmp_path / "bundle", target, "docker")
     cpu_bundle(tmp_path / "good", recipe="cpu-demo")
-    assert tuning_launch(tmp_path / "good", target, "docker").binds
+    assert launch_for(tmp_path / "good", target, "docker").binds
 
 
 def report_with(figures: dict, status: str = "passed") -> dict:
@@ -130,4 +135,4 @@ def test_imagebuild_report_prints_them(tmp_path, capsys):
 
 def test_validate_refuses_a_missing_bundle_dir(tmp_path):
     with pytest.raises(ValidateError, match=r"--tuning .*nothing: .*tuning.json: not found"):
-        tuning_launch(Path(tmp_path / "nothing"), IMAGE, "docker")
+        launch_for(Path(tmp_path / "nothing"), IMAGE, "docker")

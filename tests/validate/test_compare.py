@@ -25,7 +25,7 @@ def train_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEBUILD_")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.run(
-        [sys.executable, "-m", "imagebuild.validate.checks", "--checks", "train", "--nproc",
+        [sys.executable, "-m", "imagebuild.inimage", "--checks", "train", "--nproc",
          "1", "--allow-cpu", "--train-steps", "2", "--report", "r.json"],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from imagebuild.engine.podman import inherited_ulimits
+from imagebuild.inimage.run_report import EVENT_PREFIX
 from imagebuild.recipe.site_runtime import Bind
-from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE
-from imagebuild.validate.checks.report import EVENT_PREFIX
 from imagebuild.validate.host import validate
 from imagebuild.validate.invocation import Invocation, prepare_inputs
+from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE
 from imagebuild.validate.target import Target
 
 STAND_IN = f'''

@@ -13,9 +13,8 @@ from imagebuild.commands.validate import _runner_actions
 from imagebuild.engine.docker import container_kwargs
 from imagebuild.engine.podman import container_argv, inherited_ulimits
 from imagebuild.errors import ValidateError
-from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE, stage
-from imagebuild.validate.checks.options import add_arguments
-from imagebuild.validate.checks.report import EVENT_PREFIX
+from imagebuild.inimage.options import add_arguments
+from imagebuild.inimage.run_report import EVENT_PREFIX
 from imagebuild.validate.events import EventStream
 from imagebuild.validate.host import choose_launcher, validate
 from imagebuild.validate.invocation import (
@@ -27,6 +26,7 @@ from imagebuild.validate.invocation import (
 from imagebuild.validate.launch_apptainer import apptainer_argv
 from imagebuild.validate.launch_container import container_spec
 from imagebuild.validate.launch_enroot import enroot_argvs
+from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
 

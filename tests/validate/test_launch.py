@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from imagebuild.errors import ValidateError
+from imagebuild.inimage.gpu_data import UsageError
+from imagebuild.inimage.job_rank import detect_launch, expand_nodelist, slurm_default_port
 from imagebuild.recipe.site_runtime import Bind
-from imagebuild.validate.bundle import IMAGE_LIB, IMAGE_PACKAGE
-from imagebuild.validate.checks.data import UsageError
-from imagebuild.validate.checks.launch import detect_launch, expand_nodelist, slurm_default_port
 from imagebuild.validate.invocation import LOADER_PREFIX_SCRIPT, Invocation, container_command
 from imagebuild.validate.launch_apptainer import apptainer_argv, apptainer_binary
 from imagebuild.validate.launch_sbatch import SbatchSpec, sbatch_script, shell_value, write_sbatch
+from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE
 from imagebuild.validate.target import Target
 from tests.support.validate import run_imagebuild
 

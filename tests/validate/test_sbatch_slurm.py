@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.validate.checks.devices import parse_cpulist
+from imagebuild.inimage.checks.devices import parse_cpulist
 from tests.support.validate import assert_cpu_mode_report, check, run_imagebuild
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -1,0 +1,12 @@
+"""``python -m imagebuild_checks [flags]`` (in an image) or ``python -m imagebuild.inimage``."""
+
+import sys
+
+from .check_runner import main
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["tune"]:  # the image's `imagebuild tune ...`
+        from .tuning.command import main as tune_main
+
+        sys.exit(tune_main(sys.argv[2:]))
+    sys.exit(main())

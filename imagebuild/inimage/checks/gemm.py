@@ -1,0 +1,131 @@
+"""gemm: bf16 matrix multiply throughput on the GEMMs of the Llama-3.1-8B train step.
+
+The problems are derived from the same model configuration the train check steps
+(workload.gemm_problems: every nn.Linear's forward and its two backward products at
+sequence x micro-batch tokens, in PyTorch's row-major terms with their operand
+transposes), or read from ``--gemm-problems FILE`` (a tuning tool's CSV in hipBLASLt
+column-major terms). Each runs as ``torch.mm`` on operands laid out as training holds them
+(a transposed operand is a transposed view of a contiguous tensor), into a preallocated
+output, timed with device events around a calibrated loop. A multiply of (m x k) by
+(k x n) is 2*m*n*k floating-point operations. The headline figure weights each problem
+by how often one training step runs it: all FLOPs of a step over all their time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from ..check_context import Context
+from ..model.llama import LLAMA_3_1_8B
+from ..model.workload import GemmProblem, gemm_problems, read_gemm_problems
+from ..result import INCOMPLETE, NO_GPU, CheckResult, below_minimum, failed, judge, skipped
+from ..timing import calibrated_time
+
+NAME = "gemm"
+
+
+def training_problems(seq: int = 8192, batch: int = 1) -> list[GemmProblem]:
+    """The GEMMs of one Llama-3.1-8B training step per rank (no recomputation counted)."""
+    config = replace(LLAMA_3_1_8B, max_seq_len=seq)
+    return gemm_problems(config, seq * batch)
+
+
+def gemm_flops(m: int, n: int, batch: int, k: int) -> int:
+    return 2 * m * n * k * batch
+
+
+def check_correctness(device: torch.device) -> str | None:
+    """A bf16 multiply on the device against a float64 CPU reference of the same inputs.
+
+    bf16 keeps 8 mantissa bits: with fp32 accumulation the rounding of the output dominates
+    (relative 2**-8); 2% of the largest magnitude leaves room for that and nothing else.
+    """
+    gen = torch.Generator().manual_seed(1234)
+    a = torch.randn(512, 1024, generator=gen).to(torch.bfloat16)
+    b = torch.randn(768, 1024, generator=gen).to(torch.bfloat16)
+    reference = a.double() @ b.double().T
+    result = (a.to(device) @ b.to(device).T).double().cpu()
+    error = (result - reference).abs().max().item() / reference.abs().max().item()
+    if not error < 0.02:  # NaN fails too
+        return f"bf16 512x768x1024 multiply is wrong on the GPU (max relative error {error:.3g})"
+    return None
+
+
+def measure_problem(problem: GemmProblem, device: torch.device,
+                    target_s: float = 0.05) -> dict[str, Any]:
+    dtype = torch.bfloat16
+    m, n, k = problem.m, problem.n, problem.k
+    a = (torch.randn(k, m, device=device, dtype=dtype).T if problem.trans_a
+         else torch.randn(m, k, device=device, dtype=dtype))
+    b = (torch.randn(n, k, device=device, dtype=dtype).T if problem.trans_b
+         else torch.randn(k, n, device=device, dtype=dtype))
+    out = torch.empty(m, n, device=device, dtype=dtype)
+
+    def step() -> None:
+        torch.mm(a, b, out=out)
+
+    seconds, iters = calibrated_time(step, device, warmup=3, target_s=target_s,
+                                     min_iters=5, max_iters=200)
+    flops = problem.flops
+    return {"shape": [m, n, k], "trans_a": problem.trans_a, "trans_b": problem.trans_b,
+            "count": problem.count, "source": problem.source, "seconds": seconds,
+            "iters": iters, "tflops": flops / seconds / 1e12, "flops": flops}
+
+
+def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
+             thresholds: dict[str, float], device_label: str,
+             origin: str = "Llama-3.1-8B training GEMMs") -> CheckResult:
+    """Pass/fail of measured problems against the peak: the workload-weighted throughput
+    (all FLOPs of a step over all their time, each problem counted as often as a step runs
+    it) and the worst single problem."""
+    total_flops = sum(s["flops"] * s.get("count", 1) for s in per_shape)
+    total_time = sum(s["seconds"] * s.get("count", 1) for s in per_shape)
+    aggregate = total_flops / total_time / 1e12
+    worst = min(per_shape, key=lambda s: s["tflops"])
+    figures: dict[str, Any] = {
+        "shapes": [{k: v for k, v in s.items() if k != "flops"} for s in per_shape],
+        "tflops": round(aggregate, 2), "worst_shape": worst["shape"],
+        "worst_shape_tflops": round(worst["tflops"], 2), "peak_tflops": peak,
+        "problems_from": origin,
+    }
+    if peak is None:
+        return skipped(NAME, INCOMPLETE,
+                       f"{aggregate:.1f} TFLOP/s measured, but {device_label} is not in the "
+                       f"peak table: pass --peak-tflops to judge it", figures)
+    fraction = aggregate / peak
+    worst_fraction = worst["tflops"] / peak
+    figures["fraction_of_peak"] = round(fraction, 4)
+    figures["worst_shape_fraction_of_peak"] = round(worst_fraction, 4)
+    problems = [p for p in (
+        below_minimum("bf16 GEMM", fraction * 100, thresholds["gemm_min_fraction"] * 100, "%",
+                      f"{aggregate:.1f} of {peak:g} TFLOP/s peak over {len(per_shape)} shapes"),
+        below_minimum(f"worst shape {worst['shape']}", worst_fraction * 100,
+                      thresholds["gemm_min_fraction_worst_shape"] * 100, "% of peak",
+                      f"{worst['tflops']:.1f} TFLOP/s"),
+    ) if p]
+    ok = (f"{aggregate:.1f} TFLOP/s = {fraction:.0%} of {peak:g} peak over {len(per_shape)} "
+          f"{origin}; worst {worst['shape']} {worst['tflops']:.1f}")
+    return judge(NAME, problems, ok, figures)
+
+
+def run(ctx: Context) -> CheckResult:
+    if ctx.mode != "gpu":
+        return skipped(NAME, NO_GPU, "GPU-only: bf16 GEMM throughput needs a GPU")
+    wrong = check_correctness(ctx.device)
+    if wrong:
+        return failed(NAME, wrong)
+    if ctx.options.gemm_problems:
+        problems = read_gemm_problems(ctx.options.gemm_problems)
+        origin = f"problems of {ctx.options.gemm_problems}"
+    else:
+        seq = ctx.options.train_seq or 8192
+        problems = training_problems(seq, ctx.options.train_batch)
+        origin = (f"Llama-3.1-8B training GEMMs (seq {seq} x micro-batch "
+                  f"{ctx.options.train_batch})")
+    per_shape = [measure_problem(p, ctx.device) for p in problems]
+    torch.cuda.empty_cache()
+    label = ctx.gpu.name if ctx.gpu else "this GPU"
+    return evaluate(per_shape, ctx.peak_tflops, ctx.thresholds, label, origin)

@@ -1,0 +1,107 @@
+"""hipblaslt: the hipBLASLt clients the image was built with are present and run.
+
+An image built with hipBLASLt from source (for offline GEMM tuning) records it in its
+manifest (hipblaslt.enabled, hipblaslt.bench). The check runs one bf16 GEMM through
+hipblaslt-bench on local rank 0 of each node and reads its CSV line
+(``...,hipblaslt-Gflops,us`` header, then values).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ..check_context import Context
+from ..image_manifest import section
+from ..result import NO_GPU, NOT_APPLICABLE, CheckResult, failed, passed, skipped
+
+NAME = "hipblaslt"
+
+BENCH_ARGS = ("-m", "4096", "-n", "4096", "-k", "4096", "--precision", "bf16_r",
+              "--compute_type", "f32_r", "-i", "20", "-j", "5")
+
+
+def parse_gflops(output: str) -> float | None:
+    """The hipblaslt-Gflops value from hipblaslt-bench's CSV output."""
+    lines = [line.strip() for line in output.splitlines()]
+    for i, line in enumerate(lines):
+        if "hipblaslt-Gflops" in line:
+            header = [h.strip() for h in line.split(",")]
+            column = header.index("hipblaslt-Gflops")
+            for values in lines[i + 1:]:
+                cells = [c.strip() for c in values.split(",")]
+                if len(cells) == len(header):
+                    try:
+                        return float(cells[column])
+                    except ValueError:
+                        return None
+    return None
+
+
+def find_bench(ctx: Context) -> tuple[str | None, str]:
+    """(path, where it came from); path None when there is nothing to run."""
+    if ctx.options.hipblaslt_bench:
+        return ctx.options.hipblaslt_bench, "--hipblaslt-bench"
+    config = section(ctx.manifest, "hipblaslt")
+    if config.get("enabled"):
+        return str(config.get("bench") or ""), "manifest"
+    found = shutil.which("hipblaslt-bench") or shutil.which(
+        "hipblaslt-bench", path=os.path.join(os.environ.get("ROCM_PATH", "/opt/rocm"), "bin"))
+    return found, "PATH"
+
+
+def run(ctx: Context) -> CheckResult:
+    config = section(ctx.manifest, "hipblaslt")
+    bench, origin = find_bench(ctx)
+    figures: dict[str, Any] = {"bench": bench, "from": origin, "commit": config.get("commit")}
+    if ctx.mode != "gpu":
+        return skipped(NAME, NO_GPU, "GPU-only: hipblaslt-bench needs an AMD GPU", figures)
+    if ctx.gpu is None or ctx.gpu.vendor != "amd":
+        return skipped(NAME, NOT_APPLICABLE, "hipBLASLt is ROCm-only; this GPU is not AMD",
+                       figures)
+    if ctx.manifest is not None and not config.get("enabled") and origin != "--hipblaslt-bench":
+        return skipped(NAME, NOT_APPLICABLE,
+                       "the image was built without hipBLASLt clients (manifest "
+                       "hipblaslt.enabled is false)", figures)
+    if not bench:
+        if origin == "manifest":
+            return failed(NAME, "manifest enables hipBLASLt but names no bench path", figures)
+        return skipped(NAME, NOT_APPLICABLE, "no manifest and no hipblaslt-bench on PATH",
+                       figures)
+    if ctx.launch.local_rank != 0:
+        return skipped(NAME, NOT_APPLICABLE, "run by local rank 0 of each node", figures)
+    if not Path(bench).is_file():
+        return failed(NAME, f"hipblaslt-bench not found at {bench} ({origin})", figures)
+    if not os.access(bench, os.X_OK):
+        return failed(NAME, f"{bench} is not executable", figures)
+    env = dict(os.environ)
+    # The bench runs on device 0 of what it sees: show it this rank's GPU only. HIP indices
+    # count within HIP_VISIBLE_DEVICES when set (and within ROCR_VISIBLE_DEVICES below it).
+    visible = [v for v in env.get("HIP_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if not visible:
+        env["HIP_VISIBLE_DEVICES"] = str(ctx.gpu.index)
+    elif ctx.gpu.index < len(visible):
+        env["HIP_VISIBLE_DEVICES"] = visible[ctx.gpu.index]
+    argv = [bench, *BENCH_ARGS]
+    figures["argv"] = argv
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return failed(NAME, f"{bench} did not finish in 300 s", figures)
+    except OSError as exc:
+        return failed(NAME, f"{bench} cannot run: {exc.strerror}", figures)
+    output = proc.stdout + proc.stderr
+    tail = tuple(output.strip().splitlines()[-8:])
+    if proc.returncode != 0:
+        return failed(NAME, f"{bench} exited with {proc.returncode}", figures, tail)
+    gflops = parse_gflops(proc.stdout)
+    if gflops is None:
+        return failed(NAME, f"{bench} printed no hipblaslt-Gflops result", figures, tail)
+    figures["tflops"] = round(gflops / 1e3, 2)
+    if ctx.peak_tflops:
+        figures["fraction_of_peak"] = round(gflops / 1e3 / ctx.peak_tflops, 4)
+    return passed(NAME, f"{bench} ran a bf16 4096^3 GEMM at {gflops / 1e3:.1f} TFLOP/s", figures)

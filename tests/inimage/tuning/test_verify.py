@@ -1,0 +1,55 @@
+"""Comparison of GEMM runs without and with a tuning bundle."""
+
+from imagebuild.inimage.tuning.problems import GemmProblem
+from imagebuild.inimage.tuning.verify import (
+    Measurement,
+    ProblemComparison,
+    git_version_mismatch,
+    ignored_messages,
+    judge,
+    table,
+)
+
+PROBLEM = GemmProblem(4096, 8192, 14336, 1, "T", "N")
+
+
+def row(before_us, after_us, before_kernel=None, after_kernel=None):
+    return ProblemComparison(PROBLEM, Measurement(before_us, before_kernel),
+                             Measurement(after_us, after_kernel))
+
+
+def test_speedup_and_tflops():
+    r = row(3100.0, 2950.4, "49257", "73211")
+    assert r.tflops_before == PROBLEM.flops / 3100.0 / 1e6
+    assert round(r.speedup, 4) == round(3100.0 / 2950.4, 4)
+    verdict = judge([r])
+    assert verdict.ok and verdict.reasons == ()
+    assert table(verdict)[-1] == "tuning in effect"
+
+
+def test_fails_when_no_kernel_changed():
+    verdict = judge([row(3100.0, 3090.0, "49257", "49257")])
+    assert not verdict.ok and "no problem changed its kernel" in verdict.reasons[0]
+
+
+def test_fails_on_unknown_kernels_without_speedup():
+    assert not judge([row(3100.0, 3050.0)]).ok
+    assert judge([row(3100.0, 2600.0)]).ok
+
+
+def test_library_said_it_ignored_the_file():
+    output = ("reading tuning results from /tuning/tunableop_results0.csv\n"
+              "[W Tunable.cpp:221] Failed validator: HIPBLASLT_VERSION\n")
+    assert ignored_messages(output) == [
+        "TunableOp ignored its results file: validator HIPBLASLT_VERSION differs"]
+    verdict = judge([row(3100.0, 2600.0, "1", "2")], output)
+    assert not verdict.ok
+
+
+def test_git_version_rule():
+    assert git_version_mismatch("Git Version: c7a3b1f2d", "c7a3b1f2d\n") is None
+    assert "ignores the whole file" in git_version_mismatch("Git Version: 0123abc", "c7a3b1f2d")
+    assert git_version_mismatch("transA,transB", "c7a3b1f2d") is not None
+    verdict = judge([row(3100.0, 2600.0, "1", "2")],
+                    override_check=git_version_mismatch("Git Version: x", "y"))
+    assert not verdict.ok
