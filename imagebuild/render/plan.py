@@ -173,8 +173,9 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
     if not hip.enabled:
         return None
     source = lock.hipblaslt if lock else None
-    torch = recipe.wheels.version_of("torch") or (
-        lock.wheel("torch").version if lock and lock.wheel("torch") else None)
+    locked_torch = lock.wheel("torch") if lock else None
+    torch = recipe.wheels.version_of("torch") or (locked_torch.version if locked_torch
+                                                  else None)
     if torch is None:
         raise RenderError(f"{display(recipe.path)}: hipblaslt: torch is not pinned in "
                           "wheels.packages, so which libhipblaslt it loads (a .lw wheel links "
