@@ -87,11 +87,11 @@ def opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, s
         tar.addfile(member, io.BytesIO(data))
     calls: list[tuple[str, str]] = []
 
-    def source_for_engine(engine: Any, ref: str, read: str = "auto") -> TarballSource:
+    def open_image(engine: Any, ref: str, read: str) -> TarballSource:
         calls.append((ref, read))
         return TarballSource(rootfs)
 
-    monkeypatch.setattr(build_image_module, "source_for_engine", source_for_engine)
+    monkeypatch.setattr(build_image_module, "open_image", open_image)
     return calls
 
 
