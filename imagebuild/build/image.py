@@ -127,12 +127,13 @@ def build_and_squash(prepared: PreparedBuild, job: ImageJob, options: BuildOptio
                                   progress=progress)
     seconds = {"build": time.monotonic() - started} if built else {}
     result = squash_built(prepared, job, image, options, engine=engine, say=say)
+    seconds.update(result.seconds)
     pushed: tuple[PushedImage, ...] = ()
     if options.push:
         started = time.monotonic()
         pushed = push_image(engine, image, options.push)
-        result.seconds["push"] = time.monotonic() - started
-    return replace(result, built=built, pushed=pushed, seconds={**seconds, **result.seconds})
+        seconds["push"] = time.monotonic() - started
+    return replace(result, built=built, pushed=pushed, seconds=seconds)
 
 
 def build_or_reuse(prepared: PreparedBuild, job: ImageJob, options: BuildOptions, *,

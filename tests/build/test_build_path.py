@@ -172,6 +172,6 @@ def test_the_derived_image_builds_and_reads_like_the_build(project: Path, opened
     # The rendered Dockerfile of the build, with the tuned stage appended.
     assert engine.dockerfiles[1].startswith(build.dockerfile)
     assert f"AS {TUNED_STAGE}" in engine.dockerfiles[1][len(build.dockerfile):]
-    assert derived.built and derived.result.artifact("sqsh") is not None
-    assert derived.result.artifact("sqsh").path.name == f"{RECIPE}-tuned.sqsh"
+    sqsh = derived.result.artifact("sqsh")
+    assert derived.built and sqsh is not None and sqsh.path.name == f"{RECIPE}-tuned.sqsh"
     assert opened[-1] == (derived.image.ref, "export")
