@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from imagebuild.build.image import BuildOptions
+from imagebuild.build.pipeline import BuildResult, build_recipe, format_sizes
+from imagebuild.build.prepare import PreparedBuild, prepare_build
 from imagebuild.convert.formats import parse_formats
 from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
@@ -16,9 +18,7 @@ from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
 from imagebuild.engine.select import BACKENDS, open_engine
 from imagebuild.errors import BuildError
-from imagebuild.pipeline import BuildOptions, BuildResult, build_recipe, format_sizes
 from imagebuild.recipe.load import load_recipe, project_dir
-from imagebuild.recipe.model import Recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,18 +68,17 @@ def run(args: argparse.Namespace) -> int:
         site=args.site, push=args.push, no_cache=args.no_cache,
         compression=parse_compression(args.compression, args.level, args.block_size),
         read=args.read)
+    if args.tuning is not None and args.check_reproducible:
+        raise BuildError("--check-reproducible: not with --tuning (check the recipe's "
+                         "image, without the bundle)")
+    # The lock is checked, the plan made and the Dockerfile rendered once, for every image.
+    prepared = prepare_build(recipe)
     if args.tuning is not None:
-        if args.check_reproducible:
-            raise BuildError("--check-reproducible: not with --tuning (check the recipe's "
-                             "image, without the bundle)")
-        return run_tuned(recipe, options, args.tuning)
-
-    def say(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        return run_tuned(prepared, options, args.tuning)
 
     engine = open_engine(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
-        result = build_recipe(recipe, options, engine=engine, say=say, progress=display)
+        result = build_recipe(prepared, options, engine=engine, say=say, progress=display)
     print(f"image {result.image.ref} ({result.image.image_id[:19]}) "
           f"{'built' if result.built else 'up to date'}")
     for line in format_sizes(result.artifacts):
@@ -91,18 +90,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"pushed {pushed.pinned}")
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
     print(f"times: {timing}")
-    return check_reproducible(recipe, options, result, engine, say) \
+    return check_reproducible(prepared, options, result, engine) \
         if args.check_reproducible else 0
 
 
-def check_reproducible(recipe: Recipe, options: BuildOptions, result: BuildResult,
-                       engine: Engine, say: Callable[[str], None]) -> int:
-    """``--check-reproducible``: 0 when a clean rebuild squashes to the same bytes."""
-    from imagebuild.convert.reproducible import report_lines
-    from imagebuild.reproducible import check_reproducible as recheck
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
-    with ProgressDisplay(f"rebuild {recipe.name} without cache") as display:
-        check = recheck(recipe, options, result, engine=engine, say=say, progress=display)
+
+def check_reproducible(prepared: PreparedBuild, options: BuildOptions, result: BuildResult,
+                       engine: Engine) -> int:
+    """``--check-reproducible``: 0 when a clean rebuild squashes to the same bytes."""
+    from imagebuild.build.recheck import check_reproducible as recheck
+    from imagebuild.convert.reproducible import report_lines
+
+    with ProgressDisplay(f"rebuild {prepared.recipe.name} without cache") as display:
+        check = recheck(prepared, options, result, engine=engine, say=say, progress=display)
     for comparison in (check.comparison, check.sif):
         for line in report_lines(comparison) if comparison else ():
             print(line)
@@ -112,28 +115,20 @@ def check_reproducible(recipe: Recipe, options: BuildOptions, result: BuildResul
     return 0 if check.reproducible else 1
 
 
-def run_tuned(recipe: Recipe, options: BuildOptions, bundle_dir: Path) -> int:
+def run_tuned(prepared: PreparedBuild, options: BuildOptions, bundle_dir: Path) -> int:
     """The recipe's image (never squashed or pushed here), then the derived image with the
     bundle, which gets the artifacts and the push."""
-    from imagebuild.engine.push import push_image
-    from imagebuild.engine.select import open_engine
-    from imagebuild.lock.check import current_lock
-    from imagebuild.tune.derive import build_derived, checked_bundle, squash_derived
+    from imagebuild.tune.derive import build_derived, checked_bundle
 
+    recipe = prepared.recipe
     # A bundle of another recipe or build is refused before anything is built.
-    checked_bundle(bundle_dir, recipe, current_lock(recipe))
-
-    def say(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
+    checked_bundle(bundle_dir, recipe, prepared.lock)
     engine = open_engine(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
-        base = build_recipe(recipe, replace(options, formats=(), push=None), engine=engine,
+        base = build_recipe(prepared, replace(options, formats=(), push=None), engine=engine,
                             say=say, progress=display)
     with ProgressDisplay(f"build {recipe.name} + tuning") as display:
-        derived = build_derived(recipe, base.image, bundle_dir, engine,
-                                output_dir=options.output_dir, site_ca=options.site_ca,
-                                builder=options.builder, no_cache=options.no_cache,
+        derived = build_derived(prepared, base.image, bundle_dir, options, engine=engine,
                                 progress=display, say=say)
     print(f"image {base.image.ref} ({base.image.image_id[:19]}) "
           f"{'built' if base.built else 'up to date'}")
@@ -142,12 +137,8 @@ def run_tuned(recipe: Recipe, options: BuildOptions, bundle_dir: Path) -> int:
           + (f"built: {len(steps.cached)} steps cached, {len(steps.built)} built"
              if derived.built else "up to date")
           + f"; bundle {bundle_dir} ({', '.join(derived.bundle.files)})")
-    if options.formats:
-        artifacts = squash_derived(derived, recipe, engine, options.formats,
-                                   options.output_dir, options.compression, options.site, say)
-        for line in format_sizes(artifacts):
-            print(line)
-    if options.push:
-        for pushed in push_image(engine, derived.image, options.push):
-            print(f"pushed {pushed.pinned}")
+    for line in format_sizes(derived.result.artifacts):
+        print(line)
+    for pushed in derived.result.pushed:
+        print(f"pushed {pushed.pinned}")
     return 0

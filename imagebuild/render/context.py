@@ -43,18 +43,21 @@ class BuildContext:
     files: tuple[str, ...]
 
 
-def build_context(plan: BuildPlan, dest_dir: Path,
-                  checks_source: Path | None = None) -> BuildContext:
+def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = None, *,
+                  dockerfile: str | None = None) -> BuildContext:
     """Stage the Dockerfile and everything it uses from its context into ``dest_dir``.
 
-    Refuses an unlocked recipe: the build installs only what a lock pins. ``dest_dir``
-    must be missing, empty, or a context staged here before (it is then cleared).
+    ``dockerfile``: the plan's Dockerfile when the caller rendered it already (a build
+    renders it once, for dockerfiles/ and every context it stages). Refuses an unlocked
+    recipe: the build installs only what a lock pins. ``dest_dir`` must be missing, empty,
+    or a context staged here before (it is then cleared).
     """
     recipe, lock = plan.recipe, plan.lock
     if lock is None:
         raise LockError(f"{recipe.name}: not locked; run `imagebuild lock {recipe.name}` "
                         "first (an image installs only what its lock pins)")
-    dockerfile = render_dockerfile(plan)
+    if dockerfile is None:
+        dockerfile = render_dockerfile(plan)
     checks = checks_source or CHECKS_SOURCE
     if not (checks / "__main__.py").is_file():
         raise RenderError(f"in-image checks not found: {checks}/__main__.py (the image "

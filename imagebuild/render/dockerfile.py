@@ -78,9 +78,12 @@ def dockerfile_path(recipe: Recipe, project: Path | None = None) -> Path:
     return (project or project_dir()) / "dockerfiles" / recipe.name / "Dockerfile"
 
 
-def generated_dockerfile(plan: BuildPlan, project: Path | None = None) -> GeneratedFile:
-    """dockerfiles/<recipe>/Dockerfile as it should be committed now."""
-    return GeneratedFile(dockerfile_path(plan.recipe, project), render_dockerfile(plan),
+def generated_dockerfile(plan: BuildPlan, project: Path | None = None, *,
+                         text: str | None = None) -> GeneratedFile:
+    """dockerfiles/<recipe>/Dockerfile as it should be committed now (``text``: the plan's
+    Dockerfile when the caller rendered it already)."""
+    return GeneratedFile(dockerfile_path(plan.recipe, project),
+                         render_dockerfile(plan) if text is None else text,
                          command=f"imagebuild render {plan.recipe.name}")
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from imagebuild.errors import RenderError
-from imagebuild.lock.check import check_lock, display
+from imagebuild.lock.check import display
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.model import Lock
 from imagebuild.recipe.model import Recipe
@@ -140,10 +140,10 @@ class BuildPlan:
 
 
 def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
-    """The plan for ``recipe``; ``lock`` is checked against it first (None: unlocked)."""
+    """The plan for ``recipe`` and its lock, which the caller has checked
+    (lock.check.current_lock or check_lock; None: unlocked, for review renders). The plan
+    never checks a lock again."""
     _check_recipe(recipe)
-    if lock is not None:
-        check_lock(recipe, lock)
     hipblaslt = _hipblaslt(recipe, lock)
     plugin = _plugin(recipe, lock)
     added = list(PLUGIN_RUNTIME_PACKAGES if plugin else ())
@@ -173,8 +173,9 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
     if not hip.enabled:
         return None
     source = lock.hipblaslt if lock else None
-    torch = recipe.wheels.version_of("torch") or (
-        lock.wheel("torch").version if lock and lock.wheel("torch") else None)
+    locked_torch = lock.wheel("torch") if lock else None
+    torch = recipe.wheels.version_of("torch") or (locked_torch.version if locked_torch
+                                                  else None)
     if torch is None:
         raise RenderError(f"{display(recipe.path)}: hipblaslt: torch is not pinned in "
                           "wheels.packages, so which libhipblaslt it loads (a .lw wheel links "

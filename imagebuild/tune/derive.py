@@ -1,7 +1,7 @@
 """A derived image: a tuning bundle baked into a recipe's image, one layer on top of it.
 
 ``imagebuild build RECIPE --tuning DIR`` builds the recipe's image as usual, then this
-module renders the same Dockerfile with one more stage::
+module appends one more stage to the same rendered Dockerfile::
 
     FROM final AS tuned
     COPY tuning/ /opt/imagebuild/tuning/
@@ -11,7 +11,9 @@ and builds that stage from the same build context plus the bundle under ``tuning
 BuildKit keys each step by its instruction and inputs, and no earlier step reads
 ``tuning/``, so every step of the recipe's stages comes from its cache and only the COPY
 runs; ``DerivedImage`` counts both from the build's own progress output. The variables are
-the ones a run-time mount gets (tune.apply), pointing at the same place.
+the ones a run-time mount gets (tune.apply), pointing at the same place. It is built,
+squashed and pushed by the build's one path (imagebuild.build.image), with the same options
+as the recipe's image.
 
 Tag: ``imagebuild/<recipe>:<base build hash>-tuned-<bundle digest>`` (12 hex digits
 each), and ``imagebuild/<recipe>:tuned`` for the latest one. Its artifacts are
@@ -21,22 +23,13 @@ each), and ``imagebuild/<recipe>:tuned`` for the latest one. Its artifacts are
 from __future__ import annotations
 
 import shutil
-import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.convert.artifacts import (
-    Artifact,
-    reusable_artifacts,
-    write_edf_beside,
-    write_record,
-)
-from imagebuild.convert.formats import convert
-from imagebuild.convert.squashfs import Compression, find_squash_tool
+from imagebuild.build.image import BuildOptions, BuiltImage, ImageJob, build_and_squash
+from imagebuild.build.prepare import PreparedBuild
 from imagebuild.engine.base import Engine
-from imagebuild.engine.build import build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.files import canonical_digest
 from imagebuild.images import BUILD_HASH_LABEL, ImageRef, image_repository
@@ -46,12 +39,8 @@ from imagebuild.inimage.tuning.bundle_format import (
     Target,
     tuning_env,
 )
-from imagebuild.lock.check import current_lock
 from imagebuild.lock.model import Lock
 from imagebuild.recipe.model import Recipe, short_hash
-from imagebuild.recipe.site import load_site
-from imagebuild.render.context import build_context
-from imagebuild.render.plan import make_plan
 from imagebuild.render.quoting import dockerfile_quote
 
 from .bundle import bundle_digest, bundle_files, check_match, read_bundle
@@ -83,10 +72,13 @@ class DerivedImage:
     base: ImageRef
     bundle: Bundle
     bundle_digest: str
-    built: bool
+    #: its build, artifacts, inventory and push (imagebuild.build.image)
+    result: BuiltImage
     steps: StepCounts = StepCounts()
-    artifacts: tuple[Artifact, ...] = ()
-    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def built(self) -> bool:
+        return self.result.built
 
 
 class StepCounter:
@@ -175,24 +167,15 @@ def stage_bundle(bundle_dir: Path, context_dir: Path) -> tuple[str, ...]:
     return tuple(copied)
 
 
-def _existing(engine: Engine, tag: str, build_hash: str) -> ImageRef | None:
-    if not engine.image_exists(tag) or \
-            engine.image_labels(tag).get(BUILD_HASH_LABEL) != build_hash:
-        return None
-    return ImageRef(ref=tag, image_id=engine.image_id(tag), tags=(tag,), backend=engine.backend)
-
-
-def build_derived(recipe: Recipe, base: ImageRef, bundle_dir: Path, engine: Engine, *,
-                  output_dir: Path, site_ca: Path | None = None,
-                  builder: str | None = None, no_cache: bool = False,
+def build_derived(prepared: PreparedBuild, base: ImageRef, bundle_dir: Path,
+                  options: BuildOptions, *, engine: Engine,
                   progress: Callable[[BuildEvent], None] | None = None,
                   say: Say = lambda _: None) -> DerivedImage:
     """Build (or find) the derived image of ``base`` (the recipe's image, as
-    ``imagebuild build`` made it) with the bundle in ``bundle_dir``."""
-    lock = current_lock(recipe)
-    if lock is None:
-        raise TuneError(f"{recipe.name}: not locked; build the recipe first")
-    bundle = checked_bundle(bundle_dir, recipe, lock)
+    ``imagebuild build`` made it) with the bundle in ``bundle_dir``, then squash and push it
+    as ``options`` say: artifacts ``<recipe>-tuned.*``, with its EDF when a site is given."""
+    recipe = prepared.recipe
+    bundle = checked_bundle(bundle_dir, recipe, prepared.lock)
     base_build_hash = engine.image_labels(base.image_id).get(BUILD_HASH_LABEL)
     if not base_build_hash:
         raise TuneError(f"{base.ref}: no {BUILD_HASH_LABEL} label; a derived image builds on "
@@ -200,58 +183,23 @@ def build_derived(recipe: Recipe, base: ImageRef, bundle_dir: Path, engine: Engi
     digest = bundle_digest(bundle_dir)
     tag = derived_tag(recipe.name, base_build_hash, digest)
     latest = f"{image_repository(recipe.name)}:{LATEST_TUNED}"
-    build_hash = canonical_digest({"base": base_build_hash, "bundle": digest})
-    existing = _existing(engine, tag, build_hash)
-    if existing is not None and not no_cache:
-        engine.tag(existing.image_id, latest)
-        say(f"{tag} is up to date (bundle {short_hash(digest)}); nothing to build")
-        return DerivedImage(ImageRef(tag, existing.image_id, (tag, latest), engine.backend),
-                            base, bundle, digest, built=False)
+    name = f"{recipe.name}-tuned"
     counter = StepCounter(progress)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"imagebuild-{recipe.name}-tuned-") as tmp:
-        context = build_context(make_plan(recipe, lock), Path(tmp) / "context")
+    with prepared.staged_context("tuned") as context:
         stage_bundle(bundle_dir, context.directory)
         with context.dockerfile.open("a", encoding="utf-8") as dockerfile:
             dockerfile.write(tuned_stage(bundle, digest, base.ref))
-        log_path = output_dir / f"{recipe.name}-tuned" / "build.log"
-        say(f"building {tag}: {base.ref} + tuning bundle {bundle_dir} (log: {log_path})")
-        ca = resolve_site_ca(site_ca)
-        image = build_image(engine, context.dockerfile, context.directory, [tag, latest],
-                            target=TUNED_STAGE,
-                            labels={BUILD_HASH_LABEL: build_hash},
-                            secrets={"site-ca": ca} if ca else None, log_path=log_path,
-                            progress=counter, builder=builder, no_cache=no_cache)
+        say(f"{tag}: {base.ref} + tuning bundle {bundle_dir}")
+        job = ImageJob(
+            name, context, (tag, latest),
+            canonical_digest({"base": base_build_hash, "bundle": digest}),
+            log_path=options.output_dir / name / "build.log", target=TUNED_STAGE,
+            edf_regenerate=f"imagebuild build {recipe.name} --tuning DIR --squash sqsh "
+                           f"--site {options.site}")
+        result = build_and_squash(prepared, job, options, engine=engine, say=say,
+                                  progress=counter)
     steps = counter.counts()
-    say(f"{tag}: {len(steps.cached)} steps from the build cache, {len(steps.built)} built "
-        f"({', '.join(steps.built) or 'none'})")
-    return DerivedImage(image, base, bundle, digest, built=True, steps=steps,
-                        seconds={"build tuned": time.monotonic() - started})
-
-
-def squash_derived(derived: DerivedImage, recipe: Recipe, engine: Engine,
-                   formats: tuple[str, ...], output_dir: Path, compression: Compression,
-                   site: str | None, say: Say = lambda _: None) -> tuple[Artifact, ...]:
-    """``<recipe>-tuned`` artifacts of the derived image (reused when they came from the
-    same image and options), with its EDF when a site is given."""
-    name = f"{recipe.name}-tuned"
-    key = {"image_id": derived.image.image_id, "formats": list(formats),
-           "compression": str(compression), "site": site}
-    reused = reusable_artifacts(output_dir, name, key)
-    if reused is not None:
-        say(f"artifacts of {derived.image.image_id[:19]} are up to date in {output_dir}")
-        return reused
-    tool = find_squash_tool(None)
-    artifacts = convert(engine.image_source(derived.image.ref), output_dir, name,
-                        formats, compression=compression, tool=tool,
-                        image_ref=engine.daemon_ref(derived.image.ref))
-    sqsh = next((a for a in artifacts if a.kind == "sqsh"), None)
-    if site and sqsh is not None:
-        config = engine.image_config(derived.image.ref)
-        artifacts.append(write_edf_beside(
-            sqsh, name, load_site(site), rocm_version=recipe.rocm,
-            workdir=config.workdir or None,
-            regenerate=f"imagebuild build {recipe.name} --tuning DIR --squash sqsh "
-                       f"--site {site}"))
-    write_record(output_dir, name, key, artifacts)
-    return tuple(artifacts)
+    if result.built:
+        say(f"{tag}: {len(steps.cached)} steps from the build cache, {len(steps.built)} "
+            f"built ({', '.join(steps.built) or 'none'})")
+    return DerivedImage(result.image, base, bundle, digest, result, steps=steps)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from imagebuild.errors import LockError, RecipeError, RenderError
+from imagebuild.lock.check import check_lock
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.plan import make_plan
@@ -217,15 +218,16 @@ def test_hand_edited_lock_values_are_refused(tmp_path: Path, field: str, replace
     old = {"commit": lock.hipblaslt.commit, "base-digest": lock.base_digest,
            "libfabric-sha": lock.libfabric.sha256, "wheel-sha": lock.wheels[0].sha256}[field]
     _edit_lock(lock.path, f'"{old}"', f'"{replacement}"'.replace("\n", "\\n"))
+    # Refused by the one lock check a build makes, before any plan is made from it.
     with pytest.raises(LockError, match=expected):
-        render_dockerfile(make_plan(recipe, read_lock(lock.path)))
+        check_lock(recipe, read_lock(lock.path))
 
 
 def test_lock_of_another_recipe_is_refused(tmp_path: Path):
     recipe = load_recipe(write_recipe(tmp_path))
     other = load_recipe(write_recipe(tmp_path, name="other"))
     with pytest.raises(LockError, match="lock is for recipe 'other'"):
-        render_dockerfile(make_plan(recipe, write_lock(other)))
+        check_lock(recipe, write_lock(other))
 
 
 def test_stale_lock_is_refused(tmp_path: Path):
@@ -234,4 +236,4 @@ def test_stale_lock_is_refused(tmp_path: Path):
     changed = load_recipe(write_recipe(tmp_path, gpu_targets=["gfx90a", "gfx942"],
                                        wheels={"packages": {"torch": "2.9.0"}}))
     with pytest.raises(LockError, match="stale"):
-        render_dockerfile(make_plan(changed, lock))
+        check_lock(changed, lock)

@@ -1,0 +1,74 @@
+"""`imagebuild build`: lock check -> render -> build -> squash (-> push), skipping what is done.
+
+Each stage is the library function of its module; this one only decides what needs doing.
+An image is tagged with the hash of its build inputs (the rendered Dockerfile and every
+staged context file), so a second build with nothing changed finds its image and returns
+without touching the engine's builder; squash artifacts record the image id they came from
+and are likewise reused (imagebuild.build.image).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from imagebuild.convert.artifacts import Artifact
+from imagebuild.convert.inventory import Inventory
+from imagebuild.engine.base import Engine
+from imagebuild.engine.progress import BuildEvent
+from imagebuild.engine.push import PushedImage
+from imagebuild.engine.select import open_engine
+from imagebuild.generated import write_all
+from imagebuild.images import ImageRef, build_tag, latest_tag
+from imagebuild.recipe.load import project_dir
+from imagebuild.render.dockerfile import generated_dockerfile
+from imagebuild.render.edf import generated_edf
+
+from .image import BuildOptions, ImageJob, build_and_squash, context_hash
+from .prepare import PreparedBuild
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    recipe: str
+    image: ImageRef
+    built: bool
+    artifacts: tuple[Artifact, ...] = ()
+    squashed: bool = False
+    pushed: tuple[PushedImage, ...] = ()
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: size table, SBOM and leftovers of the final image
+    inventory: Inventory | None = None
+
+
+def build_recipe(prepared: PreparedBuild, options: BuildOptions, *, engine: Engine | None = None,
+                 say: Say = lambda _: None,
+                 progress: Callable[[BuildEvent], None] | None = None) -> BuildResult:
+    """The recipe's image and its artifacts; the committed Dockerfile and EDF are brought up
+    to date first (``build`` renders)."""
+    started = time.monotonic()
+    recipe = prepared.recipe
+    for item in write_all([generated_dockerfile(prepared.plan, text=prepared.dockerfile),
+                           generated_edf(recipe, project_dir())]):
+        say(f"rendered {item.path}")
+    engine = engine or open_engine(options.backend, builder=options.builder)
+    prepare_seconds = time.monotonic() - started
+    with prepared.staged_context() as context:
+        build_hash = context_hash(context)
+        job = ImageJob(recipe.name, context, (build_tag(recipe, build_hash),
+                                              latest_tag(recipe.name)), build_hash,
+                       log_path=options.output_dir / recipe.name / "build.log")
+        result = build_and_squash(prepared, job, options, engine=engine, say=say,
+                                  progress=progress)
+    return BuildResult(recipe.name, result.image, result.built, result.artifacts,
+                       result.squashed, result.pushed,
+                       {"prepare": prepare_seconds, **result.seconds}, result.inventory)
+
+
+def format_sizes(artifacts: Sequence[Artifact]) -> list[str]:
+    return [f"{a.kind:5} {a.path}  {a.size / (1 << 20):.1f} MiB  sha256:{a.sha256[:16]}  "
+            f"{a.seconds:.1f} s" + (f" (read: {a.timings.read_by})" if a.timings else "")
+            for a in artifacts]
