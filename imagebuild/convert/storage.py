@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from imagebuild.engine.runner import DEFAULT_RUNNER, CommandRunner
-from imagebuild.errors import EngineError
+from imagebuild.errors import EngineError, StorageUnavailable
 
 #: The tools a read runs; util-linux, GNU findutils, coreutils and tar are in every
 #: Debian/RHEL base system. --sort=name needs GNU tar 1.28 (2014).
@@ -93,10 +93,6 @@ trap 'exit 130' INT TERM
 cd "$mountpoint"
 {_TOP_LEVEL} | "$@"
 """
-
-
-class StorageUnavailable(Exception):
-    """Why this container cannot be read from storage (the export path is taken instead)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ because every leaf remembers the file and line it came from.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import yaml
 
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
+from imagebuild.project import project_dir
 from imagebuild.recipe import grammar, spec
 from imagebuild.recipe.gpu_family import FamilyError, family_of
 from imagebuild.recipe.model import (
@@ -58,10 +58,6 @@ Path_ = tuple[str, ...]
 class Origin:
     file: Path
     line: int
-
-
-def project_dir() -> Path:
-    return Path(os.environ.get("IMAGEBUILD_PROJECT") or ".").resolve()
 
 
 def recipes_dir(project: Path | None = None) -> Path:

@@ -54,7 +54,7 @@ def write_tuned_edf(bundle_dir: Path, target: str, site_name: str, *,
     if not sqsh_path.is_file():
         hint = (f"imagebuild squash {recipe.name} --site {site_name}" if recipe
                 else "imagebuild squash IMAGE --site SITE")
-        raise TuneError(f"{sqsh_path}: no squashfs image to point the EDF at\nhint: {hint}")
+        raise TuneError(f"{sqsh_path}: no squashfs image to point the EDF at", hint=hint)
     bundle = checked_bundle(bundle_dir, recipe, current_lock(recipe)) if recipe \
         else read_bundle(bundle_dir)
     site = load_site(site_name, project)

@@ -12,7 +12,7 @@ from functools import wraps
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from imagebuild.errors import ImagebuildError
+from imagebuild.errors import TuneError
 from imagebuild.validate.checks import tune_problems
 from imagebuild.validate.checks.tune_problems import (
     HIPBLASLT_TYPES,
@@ -27,10 +27,6 @@ from imagebuild.validate.checks.tune_problems import (
 
 __all__ = ["HIPBLASLT_TYPES", "GemmProblem", "ProblemStat", "TuneError", "aggregate",
            "compute_type_for", "host_errors", "read_csv", "time_shares", "write_csv"]
-
-
-class TuneError(ImagebuildError):
-    """Tuning input (trace, log, CSV, bundle) is unusable, or tuning cannot run."""
 
 
 P = ParamSpec("P")
