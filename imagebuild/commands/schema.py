@@ -1,4 +1,5 @@
-"""`imagebuild schema`: write (or --check) the JSON Schemas shipped for editors."""
+"""`imagebuild schema`: write (or --check) the JSON Schemas shipped for editors: recipes
+(schema/recipe.schema.json) and site profiles (schema/site.schema.json)."""
 
 from __future__ import annotations
 
@@ -7,23 +8,30 @@ import json
 from pathlib import Path
 
 from imagebuild import generated
-from imagebuild.recipe.spec import json_schema
+from imagebuild.recipe import site_spec, spec
 
 SCHEMA_PATH = Path("schema") / "recipe.schema.json"
+SITE_SCHEMA_PATH = Path("schema") / "site.schema.json"
 REGENERATE = "imagebuild schema"
 
 
 def schema_text() -> str:
-    return json.dumps(json_schema(), indent=2) + "\n"
+    return json.dumps(spec.json_schema(), indent=2) + "\n"
+
+
+def site_schema_text() -> str:
+    return json.dumps(site_spec.json_schema(), indent=2) + "\n"
 
 
 def schema_files(project: Path) -> list[generated.GeneratedFile]:
     """Every JSON Schema this command writes, with its intended bytes."""
-    return [generated.GeneratedFile(project / SCHEMA_PATH, schema_text(), REGENERATE)]
+    return [generated.GeneratedFile(project / SCHEMA_PATH, schema_text(), REGENERATE),
+            generated.GeneratedFile(project / SITE_SCHEMA_PATH, site_schema_text(),
+                                    REGENERATE)]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("schema", help="write the JSON Schemas of recipes")
+    parser = subparsers.add_parser("schema", help="write the JSON Schemas of recipes and site profiles")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 2 naming every stale or missing schema (CI)")
     parser.set_defaults(func=run)

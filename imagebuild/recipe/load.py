@@ -217,6 +217,8 @@ def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
         origin = origins.get(at) or origins.get(path) or Origin(file, 0)
         problems.append(Problem(file, origin.line or None, _dotted(at), message))
 
+    if value is None and getattr(s, "nullable", False):
+        return
     if isinstance(s, spec.Obj):
         if not isinstance(value, dict):
             problem(f"expected {s.expected}, got {_describe(value)}")
@@ -255,6 +257,8 @@ def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
             problem(f"expected {s.expected} (an integer), got {_describe(value)}")
         elif s.enum and value not in s.enum:
             problem(f"expected one of {', '.join(map(str, s.enum))}, got {value}")
+        elif s.minimum is not None and value < s.minimum:
+            problem(f"expected {s.expected} (at least {s.minimum}), got {value}")
     elif isinstance(s, spec.Str):
         if value is None and s.nullable:
             return
