@@ -69,7 +69,7 @@ class LockOptions:
     def from_env(cls, **overrides: Any) -> LockOptions:
         mirrors = dict(parse_mirrors(os.environ.get("IMAGEBUILD_GIT_MIRRORS", "")))
         mirrors.update(overrides.pop("git_mirrors", None) or {})
-        values = {
+        values: dict[str, Any] = {
             "index_url": os.environ.get("IMAGEBUILD_WHEEL_INDEX") or None,
             "pypi_url": os.environ.get("IMAGEBUILD_PYPI_INDEX") or None,
             "cache_dir": Path(os.environ["IMAGEBUILD_CACHE"])
