@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+#: How a hint is said inside a message text (and how str() of an error says it).
+_HINT = "\nhint: "
+
 
 class ImagebuildError(Exception):
     """Base class: every expected failure. ``str()`` is the user-facing message: what
@@ -19,6 +22,10 @@ class ImagebuildError(Exception):
 
     def __init__(self, message: str = "", *, where: str | None = None,
                  hint: str | None = None):
+        if hint is None and _HINT in message:
+            # The in-image code (standard library + torch only) cannot raise these: its
+            # errors say their hint in the text, and the host's error carries them over.
+            message, hint = message.split(_HINT, 1)
         self.message = message
         self.where = where
         self.hint = hint

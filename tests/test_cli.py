@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main, report_error
-from imagebuild.errors import ImagebuildError, StaleFile
+from imagebuild.errors import ImagebuildError, StaleFile, TuneError
 from imagebuild.project import project_dir
 
 COMMANDS = Path(__file__).resolve().parents[1] / "imagebuild" / "commands"
@@ -72,3 +72,14 @@ def test_project_is_passed_not_written_to_the_environment(
     assert project_dir() == tmp_path.resolve()  # nothing chosen outlives the command
     monkeypatch.setenv("IMAGEBUILD_PROJECT", str(other))
     assert project_dir() == other.resolve()  # the documented default
+
+
+def test_an_in_image_hint_becomes_the_hint_field(capsys: pytest.CaptureFixture[str]) -> None:
+    """The in-image tuning code says its hint in the message (it cannot import errors.py);
+    the host's error made from that message carries it over into ``hint``, printed last."""
+    in_image = ValueError("trace.json: no GEMM\nhint: profile with record_shapes=True")
+    error = TuneError(str(in_image))
+    assert (error.message, error.hint) == ("trace.json: no GEMM", "profile with record_shapes=True")
+    report_error(error)
+    assert capsys.readouterr().err.splitlines() == [
+        "error: trace.json: no GEMM", "hint: profile with record_shapes=True"]
