@@ -22,10 +22,6 @@ class ImagebuildError(Exception):
 
     def __init__(self, message: str = "", *, where: str | None = None,
                  hint: str | None = None):
-        if hint is None and _HINT in message:
-            # The in-image code (standard library + torch only) cannot raise these: its
-            # errors say their hint in the text, and the host's error carries them over.
-            message, hint = message.split(_HINT, 1)
         self.message = message
         self.where = where
         self.hint = hint
@@ -37,7 +33,7 @@ class ImagebuildError(Exception):
 
     def __str__(self) -> str:
         text = self.text()
-        return f"{text}\nhint: {self.hint}" if self.hint else text
+        return f"{text}{_HINT}{self.hint}" if self.hint else text
 
 
 @dataclass(frozen=True)
@@ -167,6 +163,16 @@ class ValidateError(ImagebuildError):
 
 class TuneError(ImagebuildError):
     """Tuning input (trace, log, CSV, bundle) is unusable, or tuning cannot run."""
+
+    def __init__(self, message: str = "", *, where: str | None = None,
+                 hint: str | None = None):
+        if hint is None and _HINT in message:
+            # The in-image tuning code (standard library + torch only) cannot raise these:
+            # its errors say their hint in the text, and the TuneError made from one
+            # carries it over. Only here: a command's output may hold "hint:" lines of
+            # its own (git's), which are detail, not our hint.
+            message, hint = message.split(_HINT, 1)
+        super().__init__(message, where=where, hint=hint)
 
 
 class CIConfigError(InputError):
