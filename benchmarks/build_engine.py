@@ -24,9 +24,10 @@ sys.path.insert(0, str(REPO))
 
 from imagebuild.engine.build import SITE_CA_SECRET_ID, build_image
 from imagebuild.engine.select import open_engine
-from tests.support import engine_env
+from testbed import base_images
 
-MULTISTAGE = REPO / "tests" / "build" / "dockerfiles" / "multistage"
+#: The engine tests' multistage build (cache mount, secret, parallel stages), read as data.
+MULTISTAGE = REPO / "tests" / "engine" / "dockerfiles" / "multistage"
 
 
 def timed(label: str, func, *args, **kwargs):
@@ -39,8 +40,8 @@ def timed(label: str, func, *args, **kwargs):
 def bench(backend: str, fresh_base: bool) -> None:
     engine = timed(f"[{backend}] open_engine", open_engine, backend)
     print(f"[{backend}] engine: {engine.describe()}")
-    importer = (engine_env.import_base_image_docker if backend == "docker"
-                else engine_env.import_base_image_podman)
+    importer = (base_images.import_base_image_docker if backend == "docker"
+                else base_images.import_base_image_podman)
     base = timed(f"[{backend}] base image (import, tarball cached)", importer, engine)
     run_id = uuid.uuid4().hex[:12]
     tag = f"imagebuild-bench/multistage:{run_id}"
@@ -64,7 +65,7 @@ def fresh_base() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-debootstrap-") as scratch:
         os.environ["IMAGEBUILD_TEST_CACHE"] = scratch
         try:
-            tarball = timed("debootstrap + tar (fresh)", engine_env.base_rootfs_tarball)
+            tarball = timed("debootstrap + tar (fresh)", base_images.base_rootfs_tarball)
         finally:
             if shared is None:
                 del os.environ["IMAGEBUILD_TEST_CACHE"]
@@ -76,7 +77,7 @@ def fresh_base() -> None:
         repository, tag = scratch_tag.split(":")
         with open(tarball, "rb") as data:
             timed("docker import", docker.client.api.import_image_from_data, data,
-                  repository=repository, tag=tag, changes=list(engine_env.IMPORT_CHANGES))
+                  repository=repository, tag=tag, changes=list(base_images.IMPORT_CHANGES))
         docker.remove(scratch_tag)
 
 

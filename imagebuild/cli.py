@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from imagebuild import __version__
 from imagebuild.commands import COMMANDS
 from imagebuild.errors import ImagebuildError, InputError, StaleFile
+from imagebuild.project import chosen_project
 
 
 def _chosen_command(argv: Sequence[str]) -> str | None:
@@ -58,15 +59,19 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def report_error(exc: ImagebuildError) -> None:
-    """Problems in files: one line each. Other errors: one line, then detail indented."""
-    lines = str(exc).splitlines() or [type(exc).__name__]
+    """The one place that prints an error. Problems in files and stale files: one line
+    each. Other errors: one line, then detail indented. The hint, when there is one, last
+    on its own line."""
+    lines = exc.text().splitlines() or [type(exc).__name__]
     if isinstance(exc, (InputError, StaleFile)):
         for line in lines:
             print(f"error: {line}", file=sys.stderr)
-        return
-    print(f"error: {lines[0]}", file=sys.stderr)
-    for line in lines[1:]:
-        print(f"  {line}", file=sys.stderr)
+    else:
+        print(f"error: {lines[0]}", file=sys.stderr)
+        for line in lines[1:]:
+            print(f"  {line}", file=sys.stderr)
+    if exc.hint:
+        print(f"hint: {exc.hint}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,10 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if args.project:
-        os.environ["IMAGEBUILD_PROJECT"] = args.project
     try:
-        return int(args.func(args) or 0)
+        with chosen_project(args.project) as project:
+            args.project_dir = project
+            return int(args.func(args) or 0)
     except ImagebuildError as exc:
         if os.environ.get("IMAGEBUILD_DEBUG"):
             raise

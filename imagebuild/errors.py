@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+#: How a hint is said inside a message text (and how str() of an error says it).
+_HINT = "\nhint: "
+
 
 class ImagebuildError(Exception):
     """Base class: every expected failure. ``str()`` is the user-facing message: what
@@ -24,9 +27,13 @@ class ImagebuildError(Exception):
         self.hint = hint
         super().__init__(message)
 
+    def text(self) -> str:
+        """What failed and where, without the hint (the CLI prints the hint on its own line)."""
+        return f"{self.where}: {self.message}" if self.where else self.message
+
     def __str__(self) -> str:
-        text = f"{self.where}: {self.message}" if self.where else self.message
-        return f"{text}\nhint: {self.hint}" if self.hint else text
+        text = self.text()
+        return f"{text}{_HINT}{self.hint}" if self.hint else text
 
 
 @dataclass(frozen=True)
@@ -96,11 +103,22 @@ class RenderError(ImagebuildError):
 
 
 class StaleFile(ImagebuildError):
-    """A generated, committed file does not match what its inputs produce now."""
+    """Generated, committed files do not match what their inputs produce now; one line per
+    file, each naming the command that regenerates it."""
+
+    def __init__(self, lines: list[str] | str):
+        self.lines = lines.splitlines() if isinstance(lines, str) else list(lines)
+        super().__init__("\n".join(self.lines))
 
 
 class EngineError(ImagebuildError):
     """The container engine (docker, podman) is missing, unreachable or failed."""
+
+
+class StorageUnavailable(EngineError):
+    """Why an image cannot be read from the engine's storage here. An internal signal:
+    ``--read auto`` falls back to the engine's export on it, ``--read storage`` turns it
+    into an EngineError with a hint; it never reaches the CLI on its own."""
 
 
 class CommandFailed(ImagebuildError):
@@ -141,6 +159,20 @@ class SquashError(ImagebuildError):
 
 class ValidateError(ImagebuildError):
     """The validation suite could not run (not: a check failed, which is a result)."""
+
+
+class TuneError(ImagebuildError):
+    """Tuning input (trace, log, CSV, bundle) is unusable, or tuning cannot run."""
+
+    def __init__(self, message: str = "", *, where: str | None = None,
+                 hint: str | None = None):
+        if hint is None and _HINT in message:
+            # The in-image tuning code (standard library + torch only) cannot raise these:
+            # its errors say their hint in the text, and the TuneError made from one
+            # carries it over. Only here: a command's output may hold "hint:" lines of
+            # its own (git's), which are detail, not our hint.
+            message, hint = message.split(_HINT, 1)
+        super().__init__(message, where=where, hint=hint)
 
 
 class CIConfigError(InputError):

@@ -1,13 +1,14 @@
 """Generated, committed files: provenance header, atomic writes, and ``--check``.
 
-Every generated file that is committed (dockerfiles/, envs/, ci/, the
-recipe schema) names its inputs and their hashes in a header, and has a ``--check`` mode
-that fails when the committed bytes differ from what the inputs produce now. The check
-compares whole files, not just the header hashes, so a change in imagebuild itself (a
-template, a default) also shows up as stale.
+Every generated file that is committed (dockerfiles/, envs/, ci/, the JSON Schemas in
+schema/, the recipes' locks) is written here, atomically, and has a ``--check`` mode that
+fails when the committed bytes differ from what the inputs produce now. The check compares
+whole files, not just the header hashes, so a change in imagebuild itself (a template, a
+default) also shows up as stale.
 
 Each generator builds ``GeneratedFile`` values; the CLI command calls ``write_all`` or
-``check_all``. Nothing here knows what a Dockerfile or an EDF is.
+``check``, the one way a ``--check`` fails: one ``StaleFile`` naming every stale file and
+the command that regenerates it. Nothing here knows what a Dockerfile or an EDF is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.errors import display_path
+from imagebuild.errors import StaleFile, display_path
 from imagebuild.files import write_text_atomic
 
 #: First words of every generated file's header (after any line the format needs first,
@@ -102,6 +103,16 @@ def check_all(files: Iterable[GeneratedFile], root: Path | None = None) -> list[
         else:
             problems.append(f"{name}: stale (differs from what its inputs generate now){fix}")
     return problems
+
+
+def check(files: Iterable[GeneratedFile], root: Path | None = None,
+          also: Sequence[str] = ()) -> None:
+    """Raise one ``StaleFile`` naming every file that is missing or stale, plus the lines in
+    ``also`` (problems a generator finds beyond its files' bytes: an orphaned file, a lock
+    that no longer matches its recipe); return quietly when everything is current."""
+    problems = check_all(files, root) + list(also)
+    if problems:
+        raise StaleFile(problems)
 
 
 def diff(item: GeneratedFile, root: Path | None = None) -> str:

@@ -19,7 +19,7 @@ from imagebuild.ci.github import ACTIONLINT_CONFIG, actionlint_config, github_wo
 from imagebuild.ci.gitlab import GITLAB_FILE, gitlab_pipeline
 from imagebuild.ci.inputs import RecipeInputs, recipe_inputs
 from imagebuild.ci.yaml_text import comment
-from imagebuild.errors import RecipeError, StaleFile
+from imagebuild.errors import RecipeError
 from imagebuild.files import canonical_digest
 from imagebuild.recipe.load import load_all
 from imagebuild.recipe.model import Recipe
@@ -79,10 +79,3 @@ def generated_files(project: Path, recipes: Sequence[Recipe] | None = None
     files = render_ci(recipes, load_ci_config(project), project)
     return [generated.GeneratedFile(project / path, text, REGENERATE)
             for path, text in files.items()]
-
-
-def ensure_current(project: Path) -> None:
-    """Raise StaleFile naming every stale generated CI file (for callers outside the CLI)."""
-    stale = generated.check_all(generated_files(project), root=project)
-    if stale:
-        raise StaleFile("\n".join(stale))

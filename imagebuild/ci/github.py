@@ -92,7 +92,7 @@ def github_workflow(config: CIConfig) -> str:
     if config.github.max_parallel:
         strategy["max-parallel"] = config.github.max_parallel
     strategy["matrix"] = "${{ fromJSON(needs.plan.outputs.matrix) }}"
-    image_env = {"RECIPE": "${{ matrix.recipe }}"}
+    image_env: dict[str, str | None] = {"RECIPE": "${{ matrix.recipe }}"}
     if config.site.profile:
         image_env["IMAGEBUILD_SITE"] = config.site.profile
     if push:

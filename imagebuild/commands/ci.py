@@ -13,8 +13,8 @@ from imagebuild.ci.affected import affected_recipes, all_recipes, changed_files,
 from imagebuild.ci.config import load_ci_config
 from imagebuild.ci.generate import generated_files
 from imagebuild.ci.inputs import recipe_inputs
-from imagebuild.errors import ImagebuildError, display_path
-from imagebuild.recipe.load import load_all, project_dir
+from imagebuild.errors import ImagebuildError, RecipeError, display_path
+from imagebuild.recipe.load import load_all
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,14 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    project = project_dir()
+    project = args.project_dir
     files = generated_files(project)
     if args.check:
-        stale = generated.check_all(files, root=project)
-        for line in stale:
-            print(f"error: {line}", file=sys.stderr)
-        if stale:
-            return 2
+        generated.check(files, root=project)
         print(f"ci: {len(files)} generated files current")
         return 0
     written = {item.path for item in generated.write_all(files)}
@@ -63,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_affected(args: argparse.Namespace) -> int:
-    project = project_dir()
+    project = args.project_dir
     recipes, errors = load_all(project)
     if errors:
-        raise errors[0]
+        raise RecipeError([p for error in errors for p in error.problems])
     config = load_ci_config(project)
     inputs = recipe_inputs(recipes, project)
     requested = args.recipes.replace(",", " ").split()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Sequence
 
+from imagebuild.errors import RecipeError
 from imagebuild.lock.resolve import lock_status
 from imagebuild.recipe.load import load_all
 
@@ -14,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def format_table(rows: list[tuple[str, ...]]) -> str:
+def format_table(rows: Sequence[tuple[str, ...]]) -> str:
     """Plain aligned columns: full values even in a pipe or a narrow CI log."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
@@ -22,14 +23,13 @@ def format_table(rows: list[tuple[str, ...]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    recipes, errors = load_all()
+    recipes, errors = load_all(args.project_dir)
     rows = [("RECIPE", "ROCM", "PYTHON", "TORCH", "GPU TARGETS", "LOCK")]
     for recipe in recipes:
         rows.append((recipe.name, recipe.rocm or "cpu-only", recipe.python,
                      recipe.wheels.version_of("torch") or "-",
                      ",".join(recipe.gpu_targets) or "-", lock_status(recipe).state))
     print(format_table(rows))
-    for error in errors:
-        for problem in error.problems:
-            print(f"error: {problem}", file=sys.stderr)
-    return 2 if errors else 0
+    if errors:  # the good recipes are listed; every problem of the broken ones follows
+        raise RecipeError([p for error in errors for p in error.problems])
+    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from imagebuild.errors import LockError, RecipeError
 from imagebuild.lock.resolve import LockOptions, check_locks, lock_recipe, parse_mirrors
 from imagebuild.recipe.load import load_all, load_recipe
 
@@ -29,12 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    project = args.project_dir
     if args.check:
-        recipes = [load_recipe(name) for name in args.recipes]
+        recipes = [load_recipe(name, project) for name in args.recipes]
         if not args.recipes:
-            recipes, errors = load_all()
+            recipes, errors = load_all(project)
             if errors:
-                raise errors[0]
+                raise RecipeError([p for error in errors for p in error.problems])
         statuses = check_locks(recipes, strict=args.strict)
         for status in statuses:
             note = "" if status.state == "locked" else \
@@ -42,13 +44,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{status.recipe}: {status.state}{note}")
         return 0
     if not args.recipes:
-        print("error: name the recipes to lock (locking reaches the network)", file=sys.stderr)
-        return 2
+        raise LockError("name the recipes to lock (locking reaches the network)",
+                        hint="`imagebuild lock --check` checks every lock offline")
     options = LockOptions.from_env(
         index_url=args.index_url, pypi_url=args.pypi_url,
         git_mirrors=dict(parse_mirrors(";".join(args.git_mirror))))
     for name in args.recipes:
-        recipe = load_recipe(name)
+        recipe = load_recipe(name, project)
         lock = lock_recipe(recipe, options,
                            progress=lambda msg: print(f"  {msg}", file=sys.stderr))
         print(f"{recipe.name}: locked {len(lock.wheels)} wheels, base {lock.base_image_pinned}"

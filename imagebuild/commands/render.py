@@ -7,10 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from imagebuild.errors import RenderError, display_path
-from imagebuild.generated import check_all, write_all
+from imagebuild.errors import RecipeNotFound, RenderError, display_path
+from imagebuild.generated import check, write_all
 from imagebuild.lock.check import current_lock
-from imagebuild.recipe.load import load_recipe, project_dir, recipe_names
+from imagebuild.recipe.load import load_recipe, recipe_names
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import generated_dockerfile
 from imagebuild.render.edf import DEFAULT_SITE, generated_edf
@@ -42,11 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    project = project_dir()
+    project = args.project_dir
     names = list(args.recipes) or recipe_names(project)
     if not names:
-        print(f"no recipes in {project / 'recipes'}", file=sys.stderr)
-        return 2
+        raise RecipeNotFound(f"no recipes in {display_path(project / 'recipes')}")
     recipes = [load_recipe(name, project) for name in names]
 
     if args.stdout or args.context:
@@ -66,13 +65,8 @@ def run(args: argparse.Namespace) -> int:
              for recipe in recipes]
     files += [generated_edf(recipe, project, args.site) for recipe in recipes]
     if args.check:
-        problems = check_all(files, project)
-        if not args.recipes:
-            problems += _orphans(project, {r.name for r in recipes})
-        for line in problems:
-            print(f"error: {line}", file=sys.stderr)
-        if problems:
-            return 2
+        orphans = [] if args.recipes else _orphans(project, {r.name for r in recipes})
+        check(files, project, also=orphans)
         print(f"{len(recipes)} Dockerfile(s) and EDF file(s) up to date")
         return 0
 

@@ -25,9 +25,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning import command as tuning_command
 from imagebuild.inimage.tuning import gemm_tuner
-from imagebuild.tune.problem import TuneError, host_errors
+from imagebuild.tune.problem import host_errors
 
 
 def register(subparsers: Any) -> None:
@@ -109,8 +110,8 @@ def run_rccl(args: argparse.Namespace) -> int:
         (args.out / "nccl_tuner.conf").write_text(rccl.tuner_config(points))
         print(f"tuner config -> {args.out / 'nccl_tuner.conf'} (NCCL_TUNER_CONFIG_FILE)")
     if not (args.logs or args.sweep_results or args.sweep):
-        raise TuneError("tune rccl: nothing to do\nhint: pass NCCL_DEBUG=INFO log files "
-                        "and/or --sweep-results CSV")
+        raise TuneError("tune rccl: nothing to do",
+                        hint="pass NCCL_DEBUG=INFO log files and/or --sweep-results CSV")
     return 0
 
 
@@ -128,8 +129,9 @@ def read_sweep(path: Path) -> list:
                         int(row.get("nNodes") or -1), int(row.get("nRanks") or -1),
                         int(row.get("channels") or -1)))
                 except (KeyError, TypeError, ValueError) as exc:
-                    raise TuneError(f"{path}:{line}: bad sweep row ({exc})\nhint: columns "
-                                    "collective,bytes,algorithm,protocol,busbw_gbs") from None
+                    raise TuneError(f"{path}:{line}: bad sweep row ({exc})",
+                                    hint="columns collective,bytes,algorithm,protocol,"
+                                         "busbw_gbs") from None
     except OSError as exc:
         raise TuneError(f"{path}: cannot read: {exc.strerror}") from exc
     return points
@@ -159,8 +161,8 @@ def run_edf(args: argparse.Namespace) -> int:
     from imagebuild.tune.edf import write_tuned_edf
 
     if not args.site:
-        raise TuneError("tune edf: no site profile\nhint: --site NAME (e.g. cscs-beverin) or "
-                        "$IMAGEBUILD_SITE")
+        raise TuneError("tune edf: no site profile",
+                        hint="--site NAME (e.g. cscs-beverin) or $IMAGEBUILD_SITE")
     artifact, bundle = write_tuned_edf(args.bundle, args.target, args.site,
                                        output_dir=args.output_dir,
                                        mount_point=args.mount_point,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from imagebuild.errors import EngineError
+from imagebuild.errors import EngineError, StorageUnavailable
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 
 #: The tools a read runs; util-linux, GNU findutils, coreutils and tar are in every
@@ -93,10 +93,6 @@ trap 'exit 130' INT TERM
 cd "$mountpoint"
 {_TOP_LEVEL} | "$@"
 """
-
-
-class StorageUnavailable(Exception):
-    """Why this container cannot be read from storage (the export path is taken instead)."""
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,9 @@ def _download_once(http: HttpClient, url: str, transfer: Transfer) -> None:
     # Identity encoding and raw reads: the bytes hashed are the bytes of the file, even
     # where a server labels a .tar.gz "Content-Encoding: gzip" (requests would unpack it).
     headers = {"Accept-Encoding": "identity"}
-    resuming = transfer.done > 0 and transfer.validator is not None
-    if resuming:
+    resuming = False
+    if transfer.done > 0 and transfer.validator is not None:
+        resuming = True
         headers["Range"] = f"bytes={transfer.done}-"
         headers["If-Range"] = transfer.validator
     with http.session.get(url, headers=headers, stream=True,

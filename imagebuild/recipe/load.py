@@ -9,7 +9,6 @@ because every leaf remembers the file and line it came from.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import yaml
 
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
+from imagebuild.project import project_dir
 from imagebuild.recipe import grammar, spec
 from imagebuild.recipe.gpu_family import FamilyError, family_of
 from imagebuild.recipe.model import (
@@ -58,10 +58,6 @@ Path_ = tuple[str, ...]
 class Origin:
     file: Path
     line: int
-
-
-def project_dir() -> Path:
-    return Path(os.environ.get("IMAGEBUILD_PROJECT") or ".").resolve()
 
 
 def recipes_dir(project: Path | None = None) -> Path:
@@ -221,6 +217,8 @@ def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
         origin = origins.get(at) or origins.get(path) or Origin(file, 0)
         problems.append(Problem(file, origin.line or None, _dotted(at), message))
 
+    if value is None and getattr(s, "nullable", False):
+        return
     if isinstance(s, spec.Obj):
         if not isinstance(value, dict):
             problem(f"expected {s.expected}, got {_describe(value)}")
@@ -259,6 +257,8 @@ def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
             problem(f"expected {s.expected} (an integer), got {_describe(value)}")
         elif s.enum and value not in s.enum:
             problem(f"expected one of {', '.join(map(str, s.enum))}, got {value}")
+        elif s.minimum is not None and value < s.minimum:
+            problem(f"expected {s.expected} (at least {s.minimum}), got {value}")
     elif isinstance(s, spec.Str):
         if value is None and s.nullable:
             return

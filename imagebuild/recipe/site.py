@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from imagebuild.errors import Problem, SiteProfileError, SquashError
+from imagebuild.recipe.load import Origin, check_against_spec, node_to_python
 from imagebuild.recipe.site_launch import (
     ApptainerSettings,
     ContainerSettings,
@@ -25,6 +26,7 @@ from imagebuild.recipe.site_launch import (
     SlurmSettings,
     parse_launch_settings,
 )
+from imagebuild.recipe.site_spec import SITE
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -149,14 +151,22 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         node = yaml.compose(data.decode())
         raw = yaml.safe_load(data.decode())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SiteProfileError([Problem(source, None, "", f"not valid YAML: {exc}")]) from exc
+        mark = getattr(exc, "problem_mark", None)
+        what = getattr(exc, "problem", None) or str(exc)
+        raise SiteProfileError([Problem(source, mark.line + 1 if mark else None, "",
+                                        f"not valid YAML: {what}")]) from exc
     lines = _lines(node) if node is not None else {}
 
     def problem(key: str, message: str) -> None:
-        problems.append(Problem(source, lines.get(key), key, message))
+        # A missing key has no line: name the line of the section it is missing from.
+        parts = key.split(".")
+        line = next((lines[k] for k in (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+                     if k in lines), None)
+        problems.append(Problem(source, line, key, message))
 
     if not isinstance(raw, dict):
         raise SiteProfileError([Problem(source, None, "", "expected a mapping of keys")])
+    shape = _shape_problems(node, source)
     for key in sorted(set(raw) - _TOP_KEYS):
         problem(key, f"unknown key (expected one of {', '.join(sorted(_TOP_KEYS))})")
     edf = raw.get("edf") or {}
@@ -254,9 +264,29 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         slurm=launch.slurm,
         apptainer=launch.apptainer,
     )
+    problems += [p for p in shape if not any(_related(p.key, q.key) for q in problems)]
     if problems:
-        raise SiteProfileError(problems)
+        raise SiteProfileError(sorted(problems, key=lambda p: p.line or 0))
     return profile
+
+
+def _shape_problems(node: yaml.Node, source: str) -> list[Problem]:
+    """Every place the profile departs from the format (``site_spec.SITE``), found by the
+    recipe's validator: duplicate keys, types, grammars, enums, unknown keys."""
+    problems: list[Problem] = []
+    origins: dict[tuple[str, ...], Origin] = {}
+    data = node_to_python(node, Path(source), (), origins, problems)
+    check_against_spec(SITE, data, (), Path(source), origins, problems)
+    # The source as given (not made relative): it lands in messages as the caller named it.
+    return [Problem(source, p.line, p.key, p.message) for p in problems]
+
+
+def _related(key: str, other: str) -> bool:
+    """One key path is the other or inside it (``a.b``, ``a.b.c``, ``a.b[0]``): a problem
+    the profile's own rules already named there is not named twice."""
+    def within(inner: str, outer: str) -> bool:
+        return inner == outer or inner.startswith((outer + ".", outer + "["))
+    return within(key, other) or within(other, key)
 
 
 def _libfabric(raw: Any, problem: Any) -> LibfabricPolicy | None:

@@ -2,7 +2,8 @@
 
 The validator (``imagebuild.recipe.load``) walks this tree, and ``json_schema()`` turns the same
 tree into the JSON Schema shipped for editors (schema/recipe.schema.json), so both agree by
-construction; tests/recipe/test_schema.py checks that they also agree in practice.
+construction; tests/recipe/test_schema.py checks that they also agree in practice. Site
+profiles are described with the same field specs (``imagebuild.recipe.site_spec``).
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ class Bool:
 class Int:
     expected: str
     enum: tuple[int, ...] | None = None
+    minimum: int | None = None
+    nullable: bool = False
 
 
 @dataclass(frozen=True)
 class Seq:
     item: Spec
     expected: str = "a list"
+    nullable: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Table:
     key: Str
     value: Spec
     expected: str = "a mapping"
+    nullable: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class Obj:
     expected: str = "a mapping"
     description: str = ""
     doc: dict[str, str] = field(default_factory=dict)
+    #: null stands for an absent section (site profiles write ``key: null``).
+    nullable: bool = False
 
 
 Spec = Str | Bool | Int | Seq | Table | Obj
@@ -194,7 +201,7 @@ def lookup(path: tuple[str, ...]) -> Spec | None:
 
 def json_schema() -> dict[str, Any]:
     """The recipe format as JSON Schema (draft 2020-12) for editors and linters."""
-    schema = _to_schema(RECIPE)
+    schema = to_schema(RECIPE)
     # One file is validated alone; the other required keys may come from a parent.
     schema["required"] = ["version"]
     return {
@@ -205,7 +212,14 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-def _to_schema(spec: Spec) -> dict[str, Any]:
+def to_schema(spec: Spec) -> dict[str, Any]:
+    out = _to_schema_not_null(spec)
+    if getattr(spec, "nullable", False) and not isinstance(spec, Str):
+        out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def _to_schema_not_null(spec: Spec) -> dict[str, Any]:
     if isinstance(spec, Str):
         out: dict[str, Any] = {"type": ["string", "null"] if spec.nullable else "string",
                                "description": spec.expected}
@@ -224,17 +238,19 @@ def _to_schema(spec: Spec) -> dict[str, Any]:
         out = {"type": "integer", "description": spec.expected}
         if spec.enum:
             out["enum"] = list(spec.enum)
+        if spec.minimum is not None:
+            out["minimum"] = spec.minimum
         return out
     if isinstance(spec, Seq):
-        return {"type": "array", "items": _to_schema(spec.item), "uniqueItems": True}
+        return {"type": "array", "items": to_schema(spec.item), "uniqueItems": True}
     if isinstance(spec, Table):
-        value = _to_schema(spec.value)
+        value = to_schema(spec.value)
         # A child recipe removes an inherited entry by setting it to null.
         value = {"anyOf": [value, {"type": "null"}]}
         return {"type": "object", "propertyNames": {"pattern": spec.key.pattern},
                 "additionalProperties": value}
     out = {"type": "object", "additionalProperties": False,
-           "properties": {k: _to_schema(v) for k, v in spec.fields.items()}}
+           "properties": {k: to_schema(v) for k, v in spec.fields.items()}}
     if spec.description:
         out["description"] = spec.description
     return out

@@ -13,6 +13,7 @@ re-render and compare.
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,7 +115,7 @@ def render_edf(
     annotations = dict(site.annotations)
     annotations.update(hook)
     workdir = site.workdir or workdir or None
-    inputs = {"recipe": recipe, "image": image, "image_sha256": image_sha256,
+    inputs: dict[str, Any] = {"recipe": recipe, "image": image, "image_sha256": image_sha256,
               "rocm": rocm_version, "workdir": workdir,
               "site": {"name": site.name, "sha256": site.sha256}}
     if tuning is not None:
@@ -178,6 +179,24 @@ def generated_edf(recipe: Recipe, project: Path, site_name: str = DEFAULT_SITE
     text = render_edf(recipe=recipe.name, image=image, site=site, rocm_version=recipe.rocm,
                       regenerate=command)
     return GeneratedFile(edf_path(project, recipe.name), text, command=command)
+
+
+def read_edf(path: Path) -> dict[str, Any]:
+    """An EDF file parsed (TOML tables; [annotations] as nested tables)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SquashError(f"{path}: cannot read the EDF: {exc}") from exc
+
+
+def edf_workdir(path: Path) -> str | None:
+    """The workdir an EDF records (squash reads it from the image), or None when the file
+    is missing, unreadable or sets none."""
+    try:
+        workdir = read_edf(path).get("workdir")
+    except SquashError:
+        return None
+    return workdir if isinstance(workdir, str) else None
 
 
 def flatten_annotations(table: dict[str, Any], prefix: str = "") -> dict[str, str]:

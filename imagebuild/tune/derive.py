@@ -31,6 +31,7 @@ from imagebuild.build.image import BuildOptions, BuiltImage, ImageJob, build_and
 from imagebuild.build.prepare import PreparedBuild
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import BuildEvent
+from imagebuild.errors import TuneError
 from imagebuild.files import canonical_digest
 from imagebuild.images import BUILD_HASH_LABEL, ImageRef, image_repository
 from imagebuild.inimage.tuning.bundle_format import (
@@ -44,7 +45,6 @@ from imagebuild.recipe.model import Recipe, short_hash
 from imagebuild.render.quoting import dockerfile_quote
 
 from .bundle import bundle_digest, bundle_files, check_match, read_bundle
-from .problem import TuneError
 
 #: The stage the derived image is built from (the rendered Dockerfiles end with ``final``).
 BASE_STAGE = "final"

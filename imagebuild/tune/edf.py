@@ -10,28 +10,19 @@ the field that differs.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from imagebuild.convert.artifacts import Artifact, existing_artifact, write_edf_beside
-from imagebuild.errors import RecipeNotFound
+from imagebuild.errors import RecipeNotFound, TuneError
 from imagebuild.inimage.tuning.bundle_format import Bundle
 from imagebuild.lock.check import current_lock
 from imagebuild.recipe.load import find_recipe, load_recipe, project_dir
 from imagebuild.recipe.site import load_site
+from imagebuild.render.edf import edf_workdir
 
 from .apply import DEFAULT_MOUNT_POINT, runtime_tuning
 from .bundle import read_bundle
 from .derive import checked_bundle
-from .problem import TuneError
-
-
-def _image_workdir(plain_edf: Path) -> str | None:
-    """The workdir the plain EDF beside the .sqsh recorded (squash read it from the image)."""
-    try:
-        return tomllib.loads(plain_edf.read_text()).get("workdir")
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
 
 
 def write_tuned_edf(bundle_dir: Path, target: str, site_name: str, *,
@@ -55,7 +46,7 @@ def write_tuned_edf(bundle_dir: Path, target: str, site_name: str, *,
     if not sqsh_path.is_file():
         hint = (f"imagebuild squash {recipe.name} --site {site_name}" if recipe
                 else "imagebuild squash IMAGE --site SITE")
-        raise TuneError(f"{sqsh_path}: no squashfs image to point the EDF at\nhint: {hint}")
+        raise TuneError(f"{sqsh_path}: no squashfs image to point the EDF at", hint=hint)
     bundle = checked_bundle(bundle_dir, recipe, current_lock(recipe)) if recipe \
         else read_bundle(bundle_dir)
     site = load_site(site_name, project)
@@ -65,6 +56,6 @@ def write_tuned_edf(bundle_dir: Path, target: str, site_name: str, *,
     artifact = write_edf_beside(
         sqsh, name or f"{stem}-tuning", site, rocm_version=rocm_version or (recipe.rocm if recipe
                                                                    else None),
-        workdir=_image_workdir(sqsh.path.with_name(f"{stem}.toml")), tuning=tuning,
+        workdir=edf_workdir(sqsh.path.with_name(f"{stem}.toml")), tuning=tuning,
         regenerate=f"imagebuild tune edf {bundle_dir} {target} --site {site_name}")
     return artifact, bundle

@@ -18,12 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.errors import LockError, ValidateError
+from imagebuild.errors import LockError, TuneError, ValidateError
 from imagebuild.inimage.tuning.bundle_format import DEFAULT_MOUNT_POINT, Bundle, tuning_env
 from imagebuild.recipe.site_runtime import Bind
 
 from .bundle import read_bundle
-from .problem import TuneError
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,11 @@ from functools import wraps
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from imagebuild.errors import ImagebuildError
+from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning import problems
 from imagebuild.inimage.tuning.problems import ProblemError, ProblemStat
 
-__all__ = ["TuneError", "host_errors", "read_csv"]
-
-
-class TuneError(ImagebuildError):
-    """Tuning input (trace, log, CSV, bundle) is unusable, or tuning cannot run."""
+__all__ = ["host_errors", "read_csv"]
 
 
 P = ParamSpec("P")

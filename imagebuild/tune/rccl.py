@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .problem import TuneError
+from imagebuild.errors import TuneError
 
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -110,8 +110,9 @@ def parse_logs(paths: Iterable[Path]) -> list[CollectiveRecord]:
     records += [CollectiveRecord(c, b, n, nranks=r) for (c, b), (n, r) in calls.items()
                 if (c, b) not in decided]
     if not records:
-        raise TuneError("no collective found in the log(s)\nhint: run with NCCL_DEBUG=INFO "
-                        "NCCL_DEBUG_SUBSYS=TUNING (tuning decisions) or COLL (calls)")
+        raise TuneError("no collective found in the log(s)",
+                        hint="run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING (tuning "
+                             "decisions) or COLL (calls)")
     return sorted(records, key=lambda r: (r.collective, r.bytes, r.algorithm, r.protocol))
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild.convert.edf_enroot import EdfMount, enroot_start, expand
 from imagebuild.errors import SquashError
+from tests.support.edf_enroot import EdfMount, enroot_start, expand
 
 HOST = {"SCRATCH": "/capstor/scratch/u", "HOME": "/users/u", "LD_LIBRARY_PATH": "/host/lib"}
 IMAGE = {"LD_LIBRARY_PATH": "/opt/venv/lib", "VIRTUAL_ENV": "/opt/venv"}

@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.convert.edf_enroot import enroot_start, read_edf
 from imagebuild.convert.tarfilter import HOST_FILES
 from imagebuild.engine.podman import inherited_ulimits
 from imagebuild.images import latest_tag
 from testbed.cpu_recipe import TORCH_VERSION
+from tests.support.edf_enroot import enroot_start, read_edf
 from tests.support.engine_env import (
     imagebuild_env,
     podman_engine,  # noqa: F401  (pytest fixture)

@@ -227,6 +227,7 @@ def test_interrupt_stops_the_build_and_leaves_no_tag(engine_and_base, run_id, tm
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.communicate()  # reaps it and closes its output pipe
     assert not engine.image_exists(tag)
     assert "interrupted" in log_path.read_text()
     # the engine cancelled the step: no process still runs with this build's RUN_ID

@@ -51,3 +51,23 @@ def test_schema_rejects_what_the_validator_rejects(case: str, validator) -> None
 def test_merge_level_problems_are_beyond_a_single_file_schema(case: str, validator) -> None:
     data = yaml.safe_load((BAD / case / "recipe.yaml").read_text())
     assert not list(validator.iter_errors(data))
+
+
+def test_schema_check_names_every_stale_schema_then_writes_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuild.cli import main
+
+    assert main(["-C", str(tmp_path), "schema", "--check"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: schema/recipe.schema.json: missing; run `imagebuild schema`",
+        "error: schema/site.schema.json: missing; run `imagebuild schema`"]
+    assert main(["-C", str(tmp_path), "schema"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "wrote schema/recipe.schema.json", "wrote schema/site.schema.json"]
+    (tmp_path / "schema" / "site.schema.json").write_text("{}\n")
+    assert main(["-C", str(tmp_path), "schema", "--check"]) == 2
+    assert capsys.readouterr().err == ("error: schema/site.schema.json: stale (differs from "
+                                       "what its inputs generate now); run `imagebuild schema`\n")
+    assert main(["-C", str(tmp_path), "schema"]) == 0
+    assert main(["-C", str(tmp_path), "schema", "--check"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "2 schema file(s) up to date"

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning.bundle_format import (
     Bundle,
     BundleProblem,
@@ -15,7 +16,6 @@ from imagebuild.inimage.tuning.bundle_format import (
 )
 from imagebuild.tune.apply import runtime_tuning
 from imagebuild.tune.bundle import check_match, read_bundle
-from imagebuild.tune.problem import TuneError
 
 GIT = "c7a3b1f2d"
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from imagebuild.commands import COMMANDS, tune
+from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning import gemm_tuner
-from imagebuild.tune.problem import TuneError
 
 from .test_bundle_apply import make_bundle
 from .test_rccl import LOG
@@ -31,7 +31,7 @@ def test_shapes_from_the_model(tmp_path, capsys):
     out = tmp_path / "problems.csv"
     assert run(["shapes", "--model", "llama-3.1-8b", "--vocab", "32000", "--fused-qkv",
                 "--out", str(out)]) == 0
-    rows = list(csv.DictReader(out.open()))
+    rows = list(csv.DictReader(out.read_text().splitlines()))
     assert len(rows) == 15
     first = rows[0]
     assert (first["m"], first["n"], first["k"], first["transA"], first["transB"]) == \
@@ -42,7 +42,7 @@ def test_shapes_from_the_model(tmp_path, capsys):
 def test_shapes_local_profiles_a_cpu_step(tmp_path, capsys):
     out = tmp_path / "problems.csv"
     assert run(["shapes", "--local", "--seq", "32", "--out", str(out)]) == 0
-    rows = list(csv.DictReader(out.open()))
+    rows = list(csv.DictReader(out.read_text().splitlines()))
     assert len(rows) == 15
     assert sum(float(r["time_share"]) for r in rows) == pytest.approx(1.0, abs=1e-4)
     assert (tmp_path / "record" / "trace.json").is_file()

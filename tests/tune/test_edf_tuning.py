@@ -1,6 +1,6 @@
 """A tuning bundle applied at run time through an EDF: ``render_edf(tuning=...)`` and
 ``imagebuild tune edf`` beside a real squashfs, read back the way the Container Engine
-applies an EDF (convert.edf_enroot: the enroot options it amounts to)."""
+applies an EDF (tests.support.edf_enroot: the enroot options it amounts to)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from imagebuild.commands import tune
-from imagebuild.convert.edf_enroot import enroot_start, read_edf
+from imagebuild.errors import TuneError
 from imagebuild.recipe.site import load_site
 from imagebuild.render.edf import edf_image_path, render_edf
 from imagebuild.tune.apply import runtime_tuning
 from imagebuild.tune.bundle import read_bundle
-from imagebuild.tune.problem import TuneError
 from tests.inimage.checks.test_tuning_in_effect import cpu_bundle
+from tests.support.edf_enroot import enroot_start, read_edf
 
 MOUNT = "/opt/imagebuild/tuning"
 SITE = "cscs-beverin"

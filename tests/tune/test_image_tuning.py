@@ -99,7 +99,7 @@ def test_2_tune_shapes_in_the_image_from_a_real_cpu_step(world):
                   "--out", "/work/problems.csv", check_=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "15 problems" in proc.stdout and "reduced proxy of Llama-3.1-8B" in proc.stdout
-    rows = list(csv.DictReader((work / "problems.csv").open()))
+    rows = list(csv.DictReader((work / "problems.csv").read_text().splitlines()))
     in_image = sorted((r["m"], r["n"], r["k"], r["batch_count"], r["transA"], r["transB"],
                        r["a_type"], r["compute_type"], r["count"]) for r in rows)
     stats, _ = record_local(world["tmp"] / "host-record", seq=SEQ)

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from imagebuild.tune.problem import TuneError
+from imagebuild.errors import TuneError
 from imagebuild.tune.rccl import (
     SweepPoint,
     parse_logs,
@@ -36,7 +36,7 @@ def test_parse_numbers_and_names(tmp_path):
     call = by_key[("allreduce", 1048576 * 2)]  # bfloat16 (datatype 9): 2 bytes
     assert (call.calls, call.nranks, call.algorithm) == (1, 8, "")
     write_collectives_csv(records, tmp_path / "collectives.csv")
-    rows = list(csv.DictReader((tmp_path / "collectives.csv").open()))
+    rows = list(csv.DictReader((tmp_path / "collectives.csv").read_text().splitlines()))
     assert len(rows) == 4 and rows[0]["collective"] == "allgather"
 
 

@@ -106,7 +106,7 @@ def test_report_on_disk_after_each_check_survives_a_killed_run(tmp_path: Path) -
         assert proc.poll() is None, proc.stderr.read().decode()
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # reaps it and closes the stderr pipe
     data = json.loads(report.read_text())  # atomic writes: never half a file
     assert data["complete"] is False and data["checks_pending"] == ["train"]
     assert [c["name"] for c in data["checks"]] == ["environment", "devices"]

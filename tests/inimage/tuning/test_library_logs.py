@@ -2,6 +2,7 @@
 
 import pytest
 
+from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning.library_logs import (
     detect_kind,
     parse_bench_line,
@@ -9,7 +10,7 @@ from imagebuild.inimage.tuning.library_logs import (
     problems_from_tunableop_csv,
 )
 from imagebuild.inimage.tuning.problems import ProblemError, write_csv
-from imagebuild.tune.problem import TuneError, read_csv
+from imagebuild.tune.problem import read_csv
 
 LOG_LINE = ("hipblaslt-bench --api_method c -m {m} -n 8192 -k 4096 --lda 4096 --ldb 4096 "
             "--ldc {m} --ldd {m}  --stride_a 0 --stride_b 0 --stride_c 0 --stride_d 0  "

@@ -1,4 +1,5 @@
-"""What CSCS's Container Engine applies from an EDF, said as ``enroot start`` options.
+"""What CSCS's Container Engine applies from an EDF, said as ``enroot start`` options: a
+test tool (the tests check rendered EDFs with a real enroot through it), not shipped.
 
 The Container Engine runs containers with enroot underneath. An EDF names the image and
 says which mounts, which environment and whether the root is writable; this module reads
@@ -22,14 +23,15 @@ alone does not.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from imagebuild.convert.runtime_files import enroot_env_item
 from imagebuild.errors import SquashError
+from imagebuild.render.edf import read_edf
+
+__all__ = ["EdfMount", "EnrootStart", "enroot_start", "expand", "read_edf"]
 
 _REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 #: EDF mount flags and the enroot mount options they become (enroot's own default for a
@@ -131,9 +133,3 @@ def enroot_start(edf: Mapping[str, Any], host_env: Mapping[str, str],
                        mounts=mounts, env=env,
                        not_applied=tuple(k for k in _NOT_APPLIED if edf.get(k)))
 
-
-def read_edf(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SquashError(f"{path}: cannot read the EDF: {exc}") from exc

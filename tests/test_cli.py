@@ -1,0 +1,85 @@
+"""The one error printer (imagebuild/cli.py) and the project a command works on."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from imagebuild.cli import main, report_error
+from imagebuild.errors import ImagebuildError, StaleFile, TuneError
+from imagebuild.project import project_dir
+
+COMMANDS = Path(__file__).resolve().parents[1] / "imagebuild" / "commands"
+
+_BROKEN = "version: 1\nrocm: 7.0.2\nbase_image: debian:bookworm\nwheels: {packages: {}}\n"
+
+
+def test_commands_print_no_errors_themselves() -> None:
+    """Only the handler prints `error:` and picks exit code 2: commands raise."""
+    offenders = [f"{path.name}:{number}: {line.strip()}"
+                 for path in sorted(COMMANDS.glob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.search(r"""["']error:|\breturn 2\b|\\nhint:""", line)]
+    assert offenders == []
+
+
+def test_the_hint_is_printed_last_on_its_own_line(capsys: pytest.CaptureFixture[str]) -> None:
+    report_error(ImagebuildError("it failed\ndetail", where="a.yaml:3", hint="do this"))
+    assert capsys.readouterr().err.splitlines() == [
+        "error: a.yaml:3: it failed", "  detail", "hint: do this"]
+    report_error(StaleFile(["a: stale; run `x`", "b: missing; run `y`"]))
+    assert capsys.readouterr().err.splitlines() == [
+        "error: a: stale; run `x`", "error: b: missing; run `y`"]
+
+
+def test_list_names_every_broken_recipe_through_the_handler(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "one.yaml").write_text(_BROKEN.replace("rocm: 7.0.2", "rocm: seven"))
+    (recipes / "two.yaml").write_text(_BROKEN.replace("version: 1", "version: 9"))
+    assert main(["-C", str(tmp_path), "list"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["RECIPE  ROCM  PYTHON  TORCH  GPU TARGETS  LOCK"]
+    errors = captured.err.splitlines()
+    assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
+    assert "recipes/one.yaml:2: rocm: " in errors[0]
+    assert "recipes/two.yaml:1: version: " in errors[1]
+
+
+def test_lock_without_recipes_is_an_error_with_a_hint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-C", str(tmp_path), "lock"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: name the recipes to lock (locking reaches the network)",
+        "hint: `imagebuild lock --check` checks every lock offline"]
+
+
+def test_project_is_passed_not_written_to_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("IMAGEBUILD_PROJECT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    other = tmp_path / "other"
+    (other / "recipes").mkdir(parents=True)
+    (other / "recipes" / "x.yaml").write_text(_BROKEN.replace("rocm: 7.0.2", "rocm: bad"))
+    assert main(["-C", str(other), "list"]) == 2
+    assert "x.yaml" in capsys.readouterr().err
+    assert "IMAGEBUILD_PROJECT" not in os.environ
+    assert project_dir() == tmp_path.resolve()  # nothing chosen outlives the command
+    monkeypatch.setenv("IMAGEBUILD_PROJECT", str(other))
+    assert project_dir() == other.resolve()  # the documented default
+
+
+def test_an_in_image_hint_becomes_the_hint_field(capsys: pytest.CaptureFixture[str]) -> None:
+    """The in-image tuning code says its hint in the message (it cannot import errors.py);
+    the host's error made from that message carries it over into ``hint``, printed last."""
+    in_image = ValueError("trace.json: no GEMM\nhint: profile with record_shapes=True")
+    error = TuneError(str(in_image))
+    assert (error.message, error.hint) == ("trace.json: no GEMM", "profile with record_shapes=True")
+    report_error(error)
+    assert capsys.readouterr().err.splitlines() == [
+        "error: trace.json: no GEMM", "hint: profile with record_shapes=True"]
