@@ -158,7 +158,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_edf(args: argparse.Namespace) -> int:
-    from imagebuild.tune.edf import write_tuned_edf
+    from imagebuild.tune.tuned_edf import write_tuned_edf
 
     if not args.site:
         raise TuneError("tune edf: no site profile",
