@@ -170,7 +170,7 @@ class CommandRunner:
         try:
             return subprocess.Popen(argv, env=dict(env) if env is not None else None,
                                     cwd=cwd, start_new_session=True, text=text,
-                                    **({"errors": "replace"} if text else {}), **streams)
+                                    errors="replace" if text else None, **streams)
         except FileNotFoundError as exc:
             raise EngineError(f"{argv[0]}: command not found") from exc
         except PermissionError as exc:

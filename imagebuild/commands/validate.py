@@ -255,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(inputs_dir, ignore_errors=True)
         if invocation.mount_checks is not None:
             shutil.rmtree(invocation.mount_checks, ignore_errors=True)
+    assert outcome.report is not None  # only an sbatch run (returned above) has none
     print_results(out, outcome.report)
     out.print(f"report: {outcome.report_path}")
     return outcome.exit_code

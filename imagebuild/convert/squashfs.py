@@ -226,7 +226,7 @@ def _mksquashfs_reads_tar(path: str, runner: CommandRunner) -> bool:
     except EngineError:
         return False
     match = re.search(r"version (\d+)\.(\d+)", probe.stdout + probe.stderr)
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (4, 5)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= (4, 5)
 
 
 def default_jobs() -> int:

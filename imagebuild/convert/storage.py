@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 from imagebuild.errors import EngineError, StorageUnavailable
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
@@ -150,7 +150,7 @@ def _gnu_tar_sorts() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     match = _GNU_TAR.search(said)
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (1, 28)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= (1, 28)
 
 
 def userns_remapped(security_options: Sequence[str]) -> bool:
@@ -229,14 +229,15 @@ def mountpoint() -> Iterator[Path]:
 
 @contextmanager
 def storage_tar(read: StorageRead, what: str,
-                runner: CommandRunner = DEFAULT_RUNNER) -> Iterator[IO[bytes]]:
+                runner: CommandRunner = DEFAULT_RUNNER) -> Iterator[BinaryIO]:
     """The container's filesystem as a tar stream on an unbuffered pipe (the tar filter
     moves file bodies on with splice(2)). EngineError if the walk fails."""
     with tempfile.TemporaryFile() as stderr:  # a file: tar's warnings never block it
         with runner.spawn(read.command("read"), cwd=read.cwd, stdout=subprocess.PIPE,
                           stderr=stderr, env={**os.environ, "LC_ALL": "C"}) as proc:
             assert proc.stdout is not None
-            # Nothing has been read through the buffered wrapper: its raw pipe is exact.
+            # Nothing has been read through the buffered wrapper: its raw pipe (a FileIO)
+            # is exact.
             stream = proc.stdout.raw  # type: ignore[attr-defined]
             yield stream
             while stream.read(1 << 16):

@@ -183,7 +183,7 @@ class _Reader:
     """Exact reads from the source through a read-ahead buffer, and body copies: the large
     ones spliced from pipe to pipe where both ends allow it, the rest through the buffer."""
 
-    def __init__(self, raw: BinaryIO, dst: BinaryIO):
+    def __init__(self, raw: BinaryIO, dst: IO[bytes]):
         self._raw = raw
         spliceable = hasattr(os, "splice") and _pipe_fd(dst) is not None
         self._fd = _pipe_fd(raw) if spliceable else None
@@ -238,7 +238,7 @@ class _Reader:
         with self._take(size) as view:
             return bytes(view)
 
-    def copy(self, size: int, dst: BinaryIO | None) -> None:
+    def copy(self, size: int, dst: IO[bytes] | None) -> None:
         """Move ``size`` bytes to ``dst`` (None: skip them) without a bytes object each."""
         while size > 0:
             if self._pos < len(self._buffer):
@@ -270,17 +270,21 @@ class _Member:
     def tarinfo(self) -> tarfile.TarInfo:
         """The member as tarfile sees it, for re-encoding and for observers."""
         header = self.header
+        # tarfile.nti, calc_chksums and InvalidHeaderError are private (absent from the type
+        # stubs) but stable since Python 3.2: reused here rather than re-implemented.
         info = tarfile.TarInfo(self.name)
         info.type, info.size, info.mtime = self.type, self.size, self.mtime
         info.linkname = self.linkname
-        info.mode = tarfile.nti(header[100:108])
-        info.uid = int(self.pax["uid"]) if "uid" in self.pax else tarfile.nti(header[108:116])
-        info.gid = int(self.pax["gid"]) if "gid" in self.pax else tarfile.nti(header[116:124])
+        info.mode = tarfile.nti(header[100:108])  # type: ignore[attr-defined]
+        info.uid = (int(self.pax["uid"]) if "uid" in self.pax
+                    else tarfile.nti(header[108:116]))  # type: ignore[attr-defined]
+        info.gid = (int(self.pax["gid"]) if "gid" in self.pax
+                    else tarfile.nti(header[116:124]))  # type: ignore[attr-defined]
         info.uname = self.pax.get("uname", _text(header[265:297]))
         info.gname = self.pax.get("gname", _text(header[297:329]))
         if self.type in (tarfile.CHRTYPE, tarfile.BLKTYPE):
-            info.devmajor = tarfile.nti(header[329:337])
-            info.devminor = tarfile.nti(header[337:345])
+            info.devmajor = tarfile.nti(header[329:337])  # type: ignore[attr-defined]
+            info.devminor = tarfile.nti(header[337:345])  # type: ignore[attr-defined]
         info.pax_headers = {k: v for k, v in self.pax.items()
                             if k not in ("path", "linkpath", "size", "mtime", "uid", "gid",
                                          "uname", "gname")}
@@ -297,21 +301,22 @@ def _checksum_ok(header: bytes) -> bool:
     recorded = _number(header[148:156])
     if recorded == sum(header) - sum(header[148:156]) + _CHKSUM_AS_SPACES:
         return True
-    return recorded in tarfile.calc_chksums(header)
+    return recorded in tarfile.calc_chksums(header)  # type: ignore[attr-defined]
 
 
 def _number(field: bytes) -> int:
     """A numeric header field: octal text, or GNU's base-256 (first byte 0x80/0xff)."""
     if field[0] & 0x80:
-        return tarfile.nti(field)
+        return tarfile.nti(field)  # type: ignore[attr-defined]
     digits = field.split(b"\0", 1)[0].strip()
     try:
         return int(digits, 8) if digits else 0
     except ValueError:
-        raise tarfile.InvalidHeaderError("invalid number in a tar header") from None
+        raise tarfile.InvalidHeaderError(  # type: ignore[attr-defined]
+            "invalid number in a tar header") from None
 
 
-def _read_member(reader: _Reader, dst: BinaryIO) -> _Member | None:
+def _read_member(reader: _Reader, dst: IO[bytes]) -> _Member | None:
     """The next member, or None at the end of the archive. PAX global headers pass through."""
     extensions: list[bytes] = []
     pax: dict[str, str] = {}
@@ -369,7 +374,7 @@ def _with_mtime(header: bytes, mtime: int) -> bytes:
 
 def filter_rootfs_tar(
     src: BinaryIO,
-    dst: BinaryIO,
+    dst: IO[bytes],
     entries: Iterable[RootfsEntry] = (),
     clamp_mtime: int | None = None,
     keep_root_entry: bool = True,
@@ -455,6 +460,7 @@ def filter_rootfs_tar(
                 if member.type == tarfile.LNKTYPE:
                     info.linkname = _normalize(member.linkname)
                 if clamp:
+                    assert clamp_mtime is not None  # clamp implies it
                     info.mtime = clamp_mtime
             data = None
             if observer is not None:

@@ -32,7 +32,10 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 EventKind = Literal["step", "output", "cached", "done", "error"]
 ProgressFormat = Literal["buildkit", "podman"]
@@ -306,7 +309,7 @@ class ProgressDisplay:
         self.done = 0
         self.current: BuildEvent | None = None
         self.last_output = ""
-        self._live = None
+        self._live: Live | None = None
         self._step_started: dict[str, float] = {}
 
     # rich renderable protocol: re-rendered on each refresh, so the clock keeps moving

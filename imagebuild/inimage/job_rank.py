@@ -103,7 +103,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "[":
             depth += 1
@@ -127,7 +129,7 @@ def _expand_one(expression: str) -> list[str]:
     if not match:
         return [expression]
     head, tail = expression[: match.start()], expression[match.end():]
-    names = []
+    names: list[str] = []
     for item in match.group(1).split(","):
         item = item.strip()
         if not item:

@@ -147,8 +147,9 @@ def tokens_per_s_comparable(reports: Sequence[Mapping[str, Any]]) -> tuple[bool,
     ran = [r for r in reports if _figure("train", "tokens_per_s_per_gpu")(r) is not None]
     if len(ran) < 2:
         return True, ""
-    setups = [train_configuration(r) for r in ran]
-    if any(s is None for s in setups):
+    recorded = [train_configuration(r) for r in ran]
+    setups = [s for s in recorded if s is not None]
+    if len(setups) < len(recorded):
         return False, ("tokens/s not compared: a report does not record its train "
                        "configuration; compare TFLOP/s/GPU and MFU")
     keys = [comparison_key(s) for s in setups]

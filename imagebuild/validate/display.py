@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from types import TracebackType
     from typing import Self
+
+    from rich.status import Status
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,16 +27,17 @@ class CheckProgress:
 
     def __init__(self, console: Console):
         self.console = console
-        self._status = None
+        self._status: Status | None = None
 
     def __enter__(self) -> Self:
         self._status = self.console.status("starting the checks ...")
         self._status.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if self._status is not None:
-            self._status.__exit__(*exc)
+            self._status.__exit__(exc_type, exc, traceback)
 
     def on_event(self, event: Mapping[str, Any]) -> None:
         kind = event.get("event")

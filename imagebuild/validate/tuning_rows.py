@@ -29,15 +29,17 @@ def tuning_rows(reports: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[st
     if not any(figures):
         return []
     pad = [""] if len(reports) == 2 else []
+    yes_no: dict[Any, str] = {True: "yes", False: "NO"}
     rows: list[tuple[str, list[str]]] = [
         ("tuning bundle", [str(f.get("bundle") or "-") for f in figures] + pad),
-        ("tuning in effect", [{True: "yes", False: "NO"}.get(f.get("in_effect"), "-")
-                              for f in figures] + pad)]
+        ("tuning in effect", [yes_no.get(f.get("in_effect"), "-") for f in figures] + pad)]
     means = [f.get("speedup_geomean") for f in figures]
     cells = [f"{m:.3f}x" if isinstance(m, (int, float)) else "-" for m in means]
     if len(reports) == 2:
-        cells.append(f"{means[1] / means[0]:.2f}x" if all(
-            isinstance(m, (int, float)) and m for m in means) else "")
+        before, after = means
+        cells.append(f"{after / before:.2f}x"
+                     if isinstance(before, (int, float)) and before
+                     and isinstance(after, (int, float)) and after else "")
     rows.append(("tuned GEMM speed-up (geometric mean)", cells))
     keys: list[str] = []
     for f in figures:

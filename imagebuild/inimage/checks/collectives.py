@@ -19,6 +19,7 @@ with the time of the slowest rank. Every op's result is verified once before tim
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -101,10 +102,12 @@ def verify(op: str, device: torch.device, world: int, rank: int) -> str | None:
     if op == "all_reduce":
         ok = bool(torch.all(src == total))
     elif op == "all_gather":
+        assert out is not None  # _buffers gives all_gather an output tensor
         expected = torch.arange(1, world + 1, device=device, dtype=dtype).repeat_interleave(
             out.numel() // world)
         ok = bool(torch.equal(out, expected))
     else:
+        assert out is not None  # _buffers gives reduce_scatter an output tensor
         ok = bool(torch.all(out == total))
     return None if ok else f"{op} returned wrong values on rank {rank}"
 
@@ -207,7 +210,8 @@ def run(ctx: Context) -> CheckResult:
     result = evaluate(rows, ctx.world_size, ctx.nodes, ctx.mode, ctx.thresholds, ctx.backend)
     left_out = [f"{c.op} {c.bytes} B ({c.source})" for c in wanted if c not in todo]
     if left_out:
-        result.figures["sizes_left_out_for_memory"] = left_out
+        result = replace(result, figures={**result.figures,
+                                          "sizes_left_out_for_memory": left_out})
     return result
 
 

@@ -47,7 +47,8 @@ def parse_cpulist(text: str) -> set[int]:
 def format_cpulist(cpus: set[int] | Sequence[int]) -> str:
     ordered = sorted(set(cpus))
     ranges: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev = 0  # read only once start is set
     for cpu in ordered:
         if start is None:
             start = prev = cpu
@@ -174,7 +175,7 @@ def run(ctx: Context) -> CheckResult:
     affinity = set(os.sched_getaffinity(0))
     if ctx.mode != "gpu" or ctx.gpu is None:
         why = "--cpu given" if ctx.options.cpu else no_gpu_diagnosis()
-        figures = {"visible_devices": 0, "visibility_env": visibility}
+        figures: dict[str, Any] = {"visible_devices": 0, "visibility_env": visibility}
         # The binding the launcher promised is judged without a GPU too (a SLURM job on
         # CPU nodes binds its ranks the same way).
         binding, problems, _ = affinity_report(
@@ -187,12 +188,12 @@ def run(ctx: Context) -> CheckResult:
         return skipped(NAME, NO_GPU, f"no GPU: {why}", figures)
     gpu = ctx.gpu
     count = torch.cuda.device_count()
-    figures: dict[str, Any] = {
+    figures = {
         "visible_devices": count, "visibility_env": visibility, "local_rank": ctx.launch.local_rank,
         "local_world_size": ctx.local_world_size, "host": ctx.host, **gpu.to_dict(),
         "gpu_model": ctx.gpu_model, "gpu_matched_by": ctx.gpu_match.how if ctx.gpu_match else None,
     }
-    problems: list[str] = []
+    problems = []
     notes: list[str] = []
     arch_list = torch.cuda.get_arch_list()
     figures["torch_arch_list"] = arch_list

@@ -133,9 +133,10 @@ def compare(directory: Path, bundle: Bundle, device: str, workdir: Path
             ) -> tuple[list[ProblemComparison], dict[str, Any], list[str], str]:
     """Measure without, then with the bundle: (rows, what the "with" child found about the
     libraries, reasons it is not in effect found here, the "with" child's output)."""
-    problems = [{"m": p.m, "n": p.n, "k": p.k, "batch_count": p.batch_count,
-                 "transA": p.transA, "transB": p.transB, "a_type": p.a_type}
-                for p in bundle.problems]
+    problems: list[dict[str, Any]] = [
+        {"m": p.m, "n": p.n, "k": p.k, "batch_count": p.batch_count,
+         "transA": p.transA, "transB": p.transB, "a_type": p.a_type}
+        for p in bundle.problems]
     before, _ = measure_in_child(problems, device, child_env(None, directory), workdir,
                                  "without")
     after, output = measure_in_child(problems, device, child_env(bundle, directory),

@@ -166,6 +166,10 @@ class TransformerBlock(nn.Module):
 
 
 class Llama(nn.Module):
+    # Buffers registered in __init__ (annotations only: nn.Module serves them).
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.config = config

@@ -173,11 +173,11 @@ def plan_training(config: LlamaConfig, seq: int, batch: int, world_size: int, fr
                              "planned)", table)
     last = full_depth[-1]
     mode = last.activation_checkpointing
-    fitting = most_layers(config, tokens, world_size, free_bytes, mode)
+    fit_layers = most_layers(config, tokens, world_size, free_bytes, mode)
     why = (f"the full {depth}-block model needs {last.total / GIB:.1f} GiB per rank even with "
            f"activation checkpointing {mode} ({last.sharded_state / GIB:.1f} GiB of it sharded "
            f"parameters, gradients and AdamW state over {world_size} rank(s)); "
            f"{last.budget / GIB:.1f} GiB planned")
-    if fitting:
-        table.append(estimate(config, fitting, tokens, world_size, free_bytes, mode).to_dict())
-    return TrainPlan("proxy", fitting, depth, mode, why, table)
+    if fit_layers:
+        table.append(estimate(config, fit_layers, tokens, world_size, free_bytes, mode).to_dict())
+    return TrainPlan("proxy", fit_layers, depth, mode, why, table)

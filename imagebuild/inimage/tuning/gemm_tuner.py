@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..image_manifest import load_manifest, section
 from ..options import DEFAULT_MANIFEST, MANIFEST_ENV
@@ -82,7 +82,9 @@ def tunableop_validators() -> dict[str, str]:
     try:
         from torch.cuda import tunable
 
-        return {str(key): str(value) for key, value in tunable.get_validators()}
+        # torch's annotation says tuple[str, str]; it returns (name, value) pairs.
+        validators = cast("tuple[tuple[str, str], ...]", tunable.get_validators())
+        return {str(key): str(value) for key, value in validators}
     except (AttributeError, RuntimeError, ValueError):
         return {}
 
@@ -171,7 +173,9 @@ def tune_tunableop(problems: list[dict[str, str]], out: Path, record: dict, dead
         single.write_text(line + "\n")
         began = time.monotonic()
         tunable.tune_gemm_in_file(str(single))
-        tunable.write_file()
+        # write_file is in older torch.cuda.tunable modules but gone from the torch this is
+        # type-checked against.
+        tunable.write_file()  # type: ignore[attr-defined]
         entry: dict[str, Any] = {key: problem[key] for key in PROBLEM_KEYS}
         entry.update(method="tunableop", tunableop=line,
                      tuning_s=round(time.monotonic() - began, 2))

@@ -72,8 +72,9 @@ def to_problem(op: RecordedOp, weight_shapes: frozenset[tuple[int, int]]) \
     strides = op.strides
     trans_mat1 = layout(mat1, strides[first]) if strides and len(strides) > second else None
     trans_mat2 = layout(mat2, strides[second]) if strides and len(strides) > second else None
-    assumed = trans_mat1 is None or trans_mat2 is None
-    if assumed:
+    assumed = False
+    if trans_mat1 is None or trans_mat2 is None:
+        assumed = True
         trans_mat1, trans_mat2 = _semantic_layout(op, mat1, mat2, weight_shapes)
     problem = GemmProblem(m=N, n=M, k=K, batch_count=batch, trans_a=trans_mat2,
                           trans_b=trans_mat1, a_type=data_type, b_type=data_type,

@@ -82,8 +82,7 @@ def problems_from_events(events: list[dict[str, Any]], origin: str = "trace") \
         and len(dims := _dims((event.get("args") or {}).get("Input Dims"))) > 1
         and len(dims[1]) == 2)
     stats: list[ProblemStat] = []
-    summary = {"gemm_ops": 0, "assumed_transposes": 0, "with_strides": 0,
-               "timing": "kernels" if kernel_time else "cpu op duration"}
+    counts = {"gemm_ops": 0, "assumed_transposes": 0, "with_strides": 0}
     for event, backward, linear in annotated:
         if event.get("name") not in LEAF_GEMMS:
             continue
@@ -96,12 +95,14 @@ def problems_from_events(events: list[dict[str, Any]], origin: str = "trace") \
         if converted is None:
             continue
         problem, assumed = converted
-        summary["gemm_ops"] += 1
-        summary["assumed_transposes"] += int(assumed)
-        summary["with_strides"] += int(strides is not None)
+        counts["gemm_ops"] += 1
+        counts["assumed_transposes"] += int(assumed)
+        counts["with_strides"] += int(strides is not None)
         time = kernel_time.get(args.get("External id")) if kernel_time \
             else float(event.get("dur", 0.0))
         stats.append(ProblemStat(problem, 1, time, origin))
+    summary: dict[str, Any] = {**counts,
+                               "timing": "kernels" if kernel_time else "cpu op duration"}
     return aggregate(stats), summary
 
 
