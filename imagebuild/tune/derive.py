@@ -43,6 +43,7 @@ from imagebuild.engine.tags import BUILD_HASH_LABEL, image_repository
 from imagebuild.files import canonical_digest
 from imagebuild.lock.check import current_lock
 from imagebuild.lock.model import Lock
+from imagebuild.pipeline import epoch_build_args
 from imagebuild.recipe.model import Recipe, short_hash
 from imagebuild.recipe.site import load_site
 from imagebuild.render.context import build_context
@@ -224,6 +225,9 @@ def build_derived(recipe: Recipe, base: ImageRef, bundle_dir: Path, engine: Engi
         image = build_image(engine, context.dockerfile, context.directory, [tag, latest],
                             target=TUNED_STAGE,
                             labels={BUILD_HASH_LABEL: build_hash},
+                            # the recipe's stages are keyed on the epoch: without it, none
+                            # of their steps would come from the recipe build's cache
+                            build_args=epoch_build_args(lock),
                             secrets={"site-ca": ca} if ca else None, log_path=log_path,
                             progress=counter, builder=builder, no_cache=no_cache)
     steps = counter.counts()
