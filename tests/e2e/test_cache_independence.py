@@ -10,7 +10,7 @@ was dated by the lock's epoch, the first one carried the earlier build's times i
 came from the earlier build, and the squash's clamp only lowers later mtimes).
 
 Cost: a first build (mostly from the layers the other end-to-end tests left), a build on
-its caches, a clean build, two squashes: 100 s on two cores, the base image and wheels
+its caches, a clean build, two squashes: 75 to 100 s on two cores, the base image and wheels
 present (printed below).
 """
 
@@ -20,12 +20,14 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from imagebuild.cli import main
 from imagebuild.convert.reproducible import compare_squashfs, report_lines
+from imagebuild.engine.tags import latest_tag
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.recipe.load import load_recipe
 from testbed.cpu_recipe import RECIPE, torch_wheel
@@ -84,8 +86,24 @@ def project(tmp_path_factory: pytest.TempPathFactory, registry_base_image: str, 
         yield root
 
 
+@pytest.fixture
+def images() -> Iterator[list[str]]:
+    """IDs of the images the test builds, removed afterwards: each holds its own venv layer
+    (about 1 GB), and the tags move on, so the earlier ones would stay behind untagged."""
+    built: list[str] = []
+    yield built
+    for image_id in built:
+        subprocess.run(["docker", "rmi", "--force", image_id], check=False, capture_output=True)
+
+
+def built_image() -> str:
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", latest_tag(NAME)],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
 def test_a_build_on_another_locks_caches_equals_a_clean_build(project: Path, wheel_index,
-                                                              tmp_path: Path, capsys) -> None:
+                                                              images: list[str], tmp_path: Path,
+                                                              capsys) -> None:
     started = time.monotonic()
     index_url = wheel_index.url_for("cpu/")
     wheel = f"/cpu/{torch_wheel().name}"
@@ -94,19 +112,22 @@ def test_a_build_on_another_locks_caches_equals_a_clean_build(project: Path, whe
     # Another lock's build fills the caches.
     run("lock", NAME, "--index-url", index_url)
     run("build", NAME)
+    images.append(built_image())
     epoch = relock_later(project, index_url)
 
     # On those caches: the torch wheel comes out of the uv cache mount, not from the index.
     fetched = wheel_index.count(wheel)
     run("build", NAME, "--squash", "sqsh")
     assert wheel_index.count(wheel) == fetched, "the warm build did not use the uv cache"
+    images.append(built_image())
     warm = shutil.copy(sqsh, tmp_path / "warm.sqsh")
 
     # Clean: no layer cache, an empty uv cache mount (the wheel is fetched again).
     empty_uv_cache_mount()
     run("build", NAME, "--squash", "sqsh", "--no-cache")
     assert wheel_index.count(wheel) > fetched, "the clean build reused the uv cache"
-    clean = shutil.copy(sqsh, tmp_path / "clean.sqsh")
+    images.append(built_image())
+    clean = shutil.move(sqsh, tmp_path / "clean.sqsh")
 
     comparison = compare_squashfs(Path(warm), Path(clean))
     out = capsys.readouterr().out
@@ -115,3 +136,5 @@ def test_a_build_on_another_locks_caches_equals_a_clean_build(project: Path, whe
     print(f"[cache independence] lock, build, re-lock (epoch {epoch}), build on the caches "
           f"+ squash, clean build + squash, compare: {seconds:.1f} s")
     assert comparison.identical, "\n".join(report_lines(comparison, limit=40)) + out[-3000:]
+    Path(warm).unlink()
+    Path(clean).unlink()
