@@ -38,8 +38,10 @@ class PreparedBuild:
 
     def epoch_build_args(self) -> dict[str, str]:
         """SOURCE_DATE_EPOCH as a build arg: BuildKit >= 0.11 dates the image config and its
-        history with it (docker/buildkit docs/build-repro.md); no stage declares the ARG, so
-        it keys no step's cache. The squash step clamps the files' mtimes in every case."""
+        history with it (docker/buildkit docs/build-repro.md). The python, final, plugin and
+        hipBLASLt stages declare it and date what they write by it, so their layers are keyed
+        on it and no layer written under another lock is reused; the squash clamps any later
+        mtime in every case."""
         epoch = self.lock.source_date_epoch
         return {EPOCH_BUILD_ARG: str(epoch)} if epoch is not None else {}
 

@@ -4,6 +4,7 @@ the manifest, the in-image checks and the ``imagebuild`` shim), staged in a dire
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,21 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
     # Modes from the checkout (umask) would otherwise leak into the layer and its cache key.
     for path in [target, *target.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+    if lock.source_date_epoch is not None:
+        _date(dest_dir, lock.source_date_epoch)
     staged = sorted(str(p.relative_to(dest_dir)) for p in dest_dir.rglob("*")
                     if p.is_file() and p.name != CONTEXT_MARKER)
     return BuildContext(dest_dir, dest_dir / "Dockerfile", tuple(staged))
+
+
+def _date(directory: Path, epoch: int) -> None:
+    """Give everything staged the lock's epoch: COPY keeps a context file's mtime, and the
+    checks' copies would otherwise carry the checkout's times (older than the epoch, so the
+    squash's clamp keeps them) and differ between two checkouts of the same commit; nor does
+    BuildKit's cache key of a COPY include mtimes, so a layer from another checkout would
+    bring that checkout's times along."""
+    for path in [*directory.rglob("*"), directory]:
+        os.utime(path, (epoch, epoch), follow_symlinks=False)
 
 
 def _prepare_directory(directory: Path) -> None:

@@ -128,12 +128,8 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
     uv_lines = []
     for arch, url, sha in UV_WHEELS:
         uv_lines += [f"{arch} {shell_quote(url)} \\", f"{sha} \\"]
-    uv_lines[-1] = uv_lines[-1].removesuffix(" \\")
     return {
         "syntax": recipe.dockerfile_syntax,
-        # COPY --link exists only in the docker/dockerfile:1.4+ frontends, not in the
-        # engine's built-in one (Docker 20.10), which a null syntax selects.
-        "link": "--link " if recipe.dockerfile_syntax else "",
         "header": header(inputs, command=f"imagebuild render {recipe.name}"),
         "locked": plan.locked,
         "recipe_name": recipe.name,

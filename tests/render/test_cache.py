@@ -194,6 +194,51 @@ def test_cpu_recipe_env_change_keeps_the_venv(tmp_path: Path):
         after.index("final", "COPY manifest.json")
 
 
+def test_a_new_epoch_redates_every_stage_but_recompiles_nothing(tmp_path: Path, rocm: Recipe):
+    """A lock of the same pins written at another time has another SOURCE_DATE_EPOCH. The
+    python and final stages are keyed on it (what they write is dated by it); of the plugin
+    and hipBLASLt stages only the last step is, which dates their install trees: their
+    compiles come from the cache. The base and the toolchain do not see it."""
+    variant = Variant(rocm, tmp_path)
+    before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
+    after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
+    assert rebuilt(before, after) == {"hipblaslt", "plugin", "python", "final"}
+    for stage in ("hipblaslt", "plugin"):
+        steps = variant.stages[stage].instructions
+        assert first_changed(before[stage], after[stage]) == len(steps), stage
+        assert steps[-2] == "ARG SOURCE_DATE_EPOCH" and steps[-1].startswith("RUN find "), stage
+    for stage in ("python", "final"):
+        assert variant.stages[stage].instructions[0] == "ARG SOURCE_DATE_EPOCH", stage
+    assert_copies_follow_the_epoch(variant, before, after)
+
+
+def test_a_new_epoch_reruns_the_final_copies_without_os_packages(tmp_path: Path):
+    """Without OS packages (the demo recipe) the final stage has no package step: a RUN must
+    still precede the copies."""
+    variant = Variant(replace(load_recipe("cpu-test", FIXTURES), os_packages=()), tmp_path)
+    assert "apt-get" not in variant.text
+    before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
+    after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
+    assert rebuilt(before, after) == {"python", "final"}
+    assert_copies_follow_the_epoch(variant, before, after)
+
+
+def assert_copies_follow_the_epoch(variant: Variant, before: dict[str, list[str]],
+                                   after: dict[str, list[str]]) -> None:
+    """A COPY --from is keyed on the copied content, which leaves dates out: the final stage
+    re-runs from a step before its first copy, and no copy is --link (keyed on content
+    alone, it would bring back a tree dated by another epoch)."""
+    __tracebackhide__ = True
+    final = variant.stages["final"].instructions
+    first_copy = next(n for n, step in enumerate(final, start=1) if "--from=" in step)
+    assert first_changed(before["final"], after["final"]) < first_copy
+    assert not any("--link" in step for stage in variant.stages.values()
+                   for step in stage.instructions)
+    # The same epoch again: everything from the cache.
+    assert rebuilt(before, cache_keys(variant.text, variant.context,
+                                      {"SOURCE_DATE_EPOCH": "1767225600"})) == set()
+
+
 def test_cache_model_sees_context_content(tmp_path: Path, rocm: Recipe):
     """The model must be able to fail: a changed staged file changes the step that reads it."""
     variant = Variant(rocm, tmp_path)
@@ -204,12 +249,14 @@ def test_cache_model_sees_context_content(tmp_path: Path, rocm: Recipe):
 
 
 def test_heavy_stages_come_before_volatile_final_steps(tmp_path: Path, rocm: Recipe):
-    """Inside final: packages, then the stage copies, then manifest/checks, ENV, LABEL."""
+    """Inside final: the epoch, packages, then the stage copies, then manifest/checks, ENV,
+    LABEL."""
     final = Variant(rocm, tmp_path).stages["final"].instructions
     kinds = [i.split()[0] for i in final]
     last_copy_from = max(n for n, i in enumerate(final) if "--from=" in i)
     first_env = kinds.index("ENV")
-    assert kinds[0] == "RUN" and "apt-get install" in final[0]
+    assert final[0] == "ARG SOURCE_DATE_EPOCH"
+    assert kinds[1] == "RUN" and "apt-get install" in final[1]
     assert last_copy_from < first_env
     assert all(k == "LABEL" for k in kinds[kinds.index("LABEL"):])
     assert set(kinds[first_env:kinds.index("LABEL")]) == {"ENV"}

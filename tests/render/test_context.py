@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -21,7 +22,12 @@ from imagebuild.lock.resolve import uv_binary
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.context import build_context, manifest, python_lock
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.layout import CHECKS_IMPORT_NAME, IMAGE_CHECKS_DIR, SHIM_PATH
+from imagebuild.render.layout import (
+    CHECKS_IMPORT_NAME,
+    CHECKS_SOURCE,
+    IMAGE_CHECKS_DIR,
+    SHIM_PATH,
+)
 from imagebuild.render.plan import make_plan
 from tests.render.conftest import FIXTURES, REPO
 from tests.support.render import served_lock, write_lock
@@ -66,6 +72,20 @@ def test_file_modes_do_not_depend_on_the_checkout(tmp_path: Path, cpu):
     for name in staged.files:
         mode = stat.S_IMODE((staged.directory / name).stat().st_mode)
         assert mode == (0o755 if name == "bin/imagebuild" else 0o644), name
+
+
+def test_file_times_do_not_depend_on_the_checkout(tmp_path: Path, cpu):
+    """COPY keeps a context file's mtime (and BuildKit reuses a COPY whatever the mtimes):
+    every staged path carries the lock's epoch, not the checkout's or the staging time."""
+    recipe, lock = cpu
+    assert lock.source_date_epoch is not None
+    checks = tmp_path / "checkout"
+    shutil.copytree(CHECKS_SOURCE, checks, ignore=shutil.ignore_patterns("__pycache__"))
+    os.utime(checks / "__main__.py", (1_000_000_000, 1_000_000_000))
+    staged = build_context(make_plan(recipe, lock), tmp_path / "ctx", checks_source=checks)
+    paths = [staged.directory, *staged.directory.rglob("*")]
+    assert len(paths) > len(staged.files)  # directories too
+    assert {path.lstat().st_mtime for path in paths} == {lock.source_date_epoch}
 
 
 def test_shim_runs_the_checks_with_the_image_python(tmp_path: Path, cpu):

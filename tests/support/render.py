@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -197,21 +198,36 @@ def context_sources(instruction: str) -> list[str]:
     return sources
 
 
-def cache_keys(text: str, context: Path | None = None) -> dict[str, list[str]]:
+def cache_keys(text: str, context: Path | None = None,
+               build_args: Mapping[str, str] | None = None) -> dict[str, list[str]]:
     """A model of BuildKit's cache keys: stage -> one key per instruction, chained.
 
     A step's key covers its parent's key, its own text, the keys of the stages it reads
-    (--from=) and the content of the context files it reads (bind mounts, COPY), which is
-    what decides whether BuildKit reuses it. Without ``context`` only the names count.
+    (--from=) and the content of the context files it reads (bind mounts, COPY; not their
+    mtimes), which is what decides whether BuildKit reuses it. Without ``context`` only the
+    names count. A RUN also sees the values of the build args its stage declared before it
+    (``ARG NAME``): BuildKit puts them in the step's environment, so in its key. A COPY
+    --from sees what it copies, not how it was made: its content, whose checksum leaves
+    mtimes out, so here the stage's key without build args (they only date files).
     """
+    args = dict(build_args or {})
+    content = cache_keys(text, context) if args else None
     keys: dict[str, list[str]] = {}
     for name, stage in parse_dockerfile(text).items():
         parent = keys[stage.base][-1] if stage.base in keys else f"image {stage.base}"
         chain = [_digest(parent)]
+        declared: dict[str, str] = {}
         for instruction in stage.instructions:
             parts = [chain[-1], instruction]
-            parts += [keys[used][-1] for used in re.findall(r"--from=([A-Za-z0-9_.-]+)",
-                                                          instruction) if used in keys]
+            words = instruction.split()
+            if words[0].upper() == "ARG":
+                arg, _, default = words[1].partition("=")
+                declared[arg] = args.get(arg, default)
+            elif words[0].upper() == "RUN":
+                parts += [f"{arg}={value}" for arg, value in sorted(declared.items())]
+            copied = content if content is not None and words[0].upper() == "COPY" else keys
+            parts += [copied[used][-1] for used in re.findall(r"--from=([A-Za-z0-9_.-]+)",
+                                                            instruction) if used in keys]
             for source in context_sources(instruction):
                 parts.append(_content_digest(context / source) if context else source)
             chain.append(_digest(*parts))
