@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from imagebuild.engine.tags import latest_tag
 
 from imagebuild.cli import main
 from imagebuild.convert.reproducible import compare_squashfs, report_lines
+from imagebuild.images import latest_tag
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.recipe.load import load_recipe
 from testbed.cpu_recipe import RECIPE, torch_wheel
