@@ -173,9 +173,11 @@ def tune_tunableop(problems: list[dict[str, str]], out: Path, record: dict, dead
         single.write_text(line + "\n")
         began = time.monotonic()
         tunable.tune_gemm_in_file(str(single))
-        # write_file is in older torch.cuda.tunable modules but gone from the torch this is
-        # type-checked against.
-        tunable.write_file()  # type: ignore[attr-defined]
+        # torch <= 2.9 keeps results in memory until write_file(); newer torch writes each
+        # tuned GEMM at once and has no write_file (pytorch/pytorch#163965).
+        write_file = getattr(tunable, "write_file", None)
+        if write_file is not None:
+            write_file()
         entry: dict[str, Any] = {key: problem[key] for key in PROBLEM_KEYS}
         entry.update(method="tunableop", tunableop=line,
                      tuning_s=round(time.monotonic() - began, 2))
