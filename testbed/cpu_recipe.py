@@ -48,6 +48,15 @@ def torch_wheel() -> Path:
     return found[-1]
 
 
+def write_recipe(project: Path, name: str, base_image: str) -> Path:
+    """``project/recipes/<name>.yaml``: the CPU recipe on ``base_image`` with the torch wheel
+    the testbed provides (demo, tests and benchmarks build the same recipe)."""
+    path = project / "recipes" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(RECIPE.format(base_image=base_image, torch=torch_wheel().name.split("-")[1]))
+    return path
+
+
 #: The demo's recipe name and the image tag a build of it gets (imagebuild.images).
 DEMO_RECIPE = "cpu-demo"
 DEMO_IMAGE = f"imagebuild/{DEMO_RECIPE}:latest"
@@ -73,6 +82,5 @@ def demo_project(project: Path) -> Path:
             os.link(wheel, index / "cpu" / wheel.name)
         except OSError:  # another filesystem
             shutil.copy2(wheel, index / "cpu" / wheel.name)
-    (project / "recipes" / f"{DEMO_RECIPE}.yaml").write_text(
-        RECIPE.format(base_image=base, torch=wheel.name.split("-")[1]))
+    write_recipe(project, DEMO_RECIPE, base)
     return index

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cpu_recipe import RECIPE, TORCH_VERSION, torch_wheel  # noqa: F401
+from testbed.cpu_recipe import torch_wheel, write_recipe
 from tests.support import engine_env
 from tests.support.indexserver import IndexServer
 
@@ -39,8 +39,5 @@ def wheel_index(tmp_path_factory: pytest.TempPathFactory) -> IndexServer:
 @pytest.fixture(scope="session")
 def project(tmp_path_factory: pytest.TempPathFactory, registry_base_image: str) -> Path:
     root = tmp_path_factory.mktemp("project")
-    (root / "recipes").mkdir()
-    version = torch_wheel().name.split("-")[1]
-    (root / "recipes" / "cpu-e2e.yaml").write_text(
-        RECIPE.format(base_image=registry_base_image, torch=version))
+    write_recipe(root, "cpu-e2e", registry_base_image)
     return root

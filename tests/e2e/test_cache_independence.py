@@ -30,7 +30,7 @@ from imagebuild.convert.reproducible import compare_squashfs, report_lines
 from imagebuild.images import latest_tag
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.recipe.load import load_recipe
-from testbed.cpu_recipe import RECIPE, torch_wheel
+from testbed.cpu_recipe import torch_wheel, write_recipe
 from tests.support.engine_env import imagebuild_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
@@ -79,9 +79,7 @@ def relock_later(project: Path, index_url: str) -> int:
 def project(tmp_path_factory: pytest.TempPathFactory, registry_base_image: str, wheel_index,
             docker_engine) -> Path:
     root = tmp_path_factory.mktemp("cache-proof")
-    (root / "recipes").mkdir()
-    (root / "recipes" / f"{NAME}.yaml").write_text(RECIPE.format(
-        base_image=registry_base_image, torch=torch_wheel().name.split("-")[1]))
+    write_recipe(root, NAME, registry_base_image)
     with imagebuild_env(root, tmp_path_factory.mktemp("cache"), unset=("SOURCE_DATE_EPOCH",)):
         yield root
 

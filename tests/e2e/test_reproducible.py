@@ -17,7 +17,7 @@ from imagebuild.files import sha256_file
 from imagebuild.images import BUILD_HASH_LABEL, image_repository, latest_tag
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.recipe.model import short_hash
-from testbed.cpu_recipe import RECIPE, torch_wheel
+from testbed.cpu_recipe import write_recipe
 from tests.support.engine_env import imagebuild_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
@@ -29,9 +29,7 @@ NAME = "cpu-repro"
 def env(tmp_path_factory: pytest.TempPathFactory, registry_base_image: str, wheel_index,
         docker_engine) -> dict:
     root = tmp_path_factory.mktemp("repro")
-    (root / "recipes").mkdir()
-    (root / "recipes" / f"{NAME}.yaml").write_text(RECIPE.format(
-        base_image=registry_base_image, torch=torch_wheel().name.split("-")[1]))
+    write_recipe(root, NAME, registry_base_image)
     with imagebuild_env(root, tmp_path_factory.mktemp("cache"), unset=("SOURCE_DATE_EPOCH",)):
         assert main(["lock", NAME, "--index-url", wheel_index.url_for("cpu/")]) == 0
         yield {"project": root, "engine": docker_engine}

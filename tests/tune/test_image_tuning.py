@@ -24,8 +24,7 @@ from imagebuild.inimage.model.llama import LLAMA_CPU_SMOKE
 from imagebuild.inimage.tuning.record import record_local
 from imagebuild.tune.bundle import bundle_digest, read_bundle
 from imagebuild.tune.derive import BASE_LABEL, BUNDLE_LABEL
-from testbed.cpu_recipe import RECIPE as RECIPE_TEXT
-from testbed.cpu_recipe import torch_wheel
+from testbed.cpu_recipe import write_recipe
 from tests.e2e.conftest import wheel_index  # noqa: F401  (pytest fixture)
 from tests.inimage.checks.test_tuning_in_effect import cpu_bundle
 from tests.support import engine_env
@@ -50,10 +49,7 @@ SEQ = 32
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, registry_base_image, wheel_index, docker_engine):  # noqa: F811
     root = tmp_path_factory.mktemp("tuning-project")
-    (root / "recipes").mkdir()
-    version = torch_wheel().name.split("-")[1]
-    (root / "recipes" / f"{RECIPE}.yaml").write_text(
-        RECIPE_TEXT.format(base_image=registry_base_image, torch=version))
+    write_recipe(root, RECIPE, registry_base_image)
     with engine_env.imagebuild_env(root, tmp_path_factory.mktemp("cache")):
         yield {"project": root, "index": wheel_index.url_for("cpu/"), "engine": docker_engine,
                "artifacts": root / "artifacts", "tmp": tmp_path_factory.mktemp("tuning")}
