@@ -79,6 +79,9 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
     if plan.hipblaslt is not None:
         files["hipblaslt-tuning-kit.sh"] = (TEMPLATES / "hipblaslt-tuning-kit.sh").read_text()
         files[plan.hipblaslt.check] = (TEMPLATES / plan.hipblaslt.check).read_text()
+        if plan.hipblaslt.clients:
+            files[plan.hipblaslt.cblas_config] = \
+                (TEMPLATES / plan.hipblaslt.cblas_config).read_text()
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)

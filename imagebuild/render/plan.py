@@ -33,10 +33,14 @@ GENERATED_OCI_LABELS = ("org.opencontainers.image.base.name",
 #: The build-time check that torch and hipblaslt-bench map the same libhipblaslt (staged in
 #: the build context, bind-mounted into the final stage).
 HIPBLASLT_CHECK = "hipblaslt-check.py"
-#: Memory one Tensile kernel-generation job may take: install.sh's -j (Tensile's parallel
-#: jobs; ROCm/hipBLASLt install.sh passes it on as Tensile_CPU_THREADS) is capped at the
-#: builder's memory / this, so a many-core builder with little memory is not OOM-killed. A
-#: rule of thumb, not a measured figure: the peak per job depends on the logic files built.
+#: The cblas CMake package configuration hipBLASLt's clients look for before 1.1 (staged in
+#: the build context, installed where install.sh -d's LAPACK build would put it).
+HIPBLASLT_CBLAS_CONFIG = "hipblaslt-cblas-config.cmake"
+#: Memory one build job may take: install.sh's -j (Tensile's parallel jobs; ROCm/hipBLASLt
+#: install.sh passes it on as Tensile_CPU_THREADS) and the CPUs install.sh may use (its
+#: final `make -j$(nproc)`) are capped at the builder's memory / this, so a many-core
+#: builder with little memory is not OOM-killed. A rule of thumb, not a measured figure:
+#: the peak per job depends on the logic files built.
 TENSILE_JOB_MEMORY_GIB = 4
 #: Which libhipblaslt a torch wheel loads (see torch_hipblaslt).
 TorchLinks = Literal["system", "bundled"]
@@ -66,6 +70,7 @@ class HipBlasLtPlan:
     torch_links: TorchLinks
     tensile_job_memory_gib: int = TENSILE_JOB_MEMORY_GIB
     check: str = HIPBLASLT_CHECK
+    cblas_config: str = HIPBLASLT_CBLAS_CONFIG
 
     @property
     def monorepo(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -251,3 +252,75 @@ def test_the_images_ld_library_path_alone_is_not_enough(system: tuple[Image, Pat
     assert loaded(image)["checked"] == [
         f"with the image's LD_LIBRARY_PATH={image.library_dir}:/nonexistent",
         "with the base image's environment (LD_LIBRARY_PATH=/nonexistent)"]
+
+
+# hipBLASLt 1.1 installs its library and bench with RUNPATH $ORIGIN/../llvm/lib (libomp
+# comes from ROCm's LLVM); under the recipes' prefix that directory does not exist.
+def rebuild_with_llvm_runpath(image: Image, rocm: Path) -> Path:
+    """The built libhipblaslt again, now NEEDing libomp.so through $ORIGIN/../llvm/lib,
+    and a libomp.so in ROCm's llvm/lib, as a hipBLASLt 1.1 install lays them out."""
+    llvm_lib = rocm / "llvm" / "lib"
+    llvm_lib.mkdir(parents=True)
+    omp = image.root / "omp.c"
+    omp.write_text("int omp_get_max_threads(void) { return 1; }\n")
+    gcc("-shared", "-fPIC", "-Wl,-soname,libomp.so", "-o", str(llvm_lib / "libomp.so"), str(omp))
+    source = image.root / "hipblaslt-omp.c"
+    source.write_text("int omp_get_max_threads(void);\n"
+                      "int hipblaslt_id(void) { return omp_get_max_threads(); }\n")
+    gcc("-shared", "-fPIC", "-Wl,-soname,libhipblaslt.so.0", "-o", str(image.built),
+        str(source), f"-L{llvm_lib}", "-lomp",
+        "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../llvm/lib")
+    runpath = subprocess.run(["readelf", "-d", str(image.built)], capture_output=True,
+                             text=True, check=True).stdout
+    assert "[$ORIGIN/../llvm/lib]" in runpath
+    return llvm_lib
+
+
+def stage_llvm_link(root: Path) -> None:
+    """The hipblaslt stage's own command (rendered for rocm-7.1.1, hipBLASLt 1.1) that
+    makes <prefix>/llvm resolve, run with / moved to ROOT."""
+    from imagebuild.recipe.load import load_recipe
+    from imagebuild.render.dockerfile import render_dockerfile
+    from tests.render.conftest import REPO
+    from tests.support.render import plan_for
+
+    text = render_dockerfile(plan_for(load_recipe("rocm-7.1.1", REPO)))
+    match = re.search(r"if \[ ! -e /opt/hipblaslt/llvm \]; then ln -s \S+ \S+; fi", text)
+    assert match, "the hipblaslt stage does not link <prefix>/llvm"
+    command = match.group(0).replace(" /opt/", f" {root}/opt/")
+    subprocess.run(["sh", "-c", command], check=True)
+
+
+def test_a_library_with_the_llvm_runpath_fails_until_the_stage_links_llvm(
+        system: tuple[Image, Path]):
+    image, rocm_lib = system
+    rocm = rocm_lib.parent
+    rebuild_with_llvm_runpath(image, rocm.resolve())
+    assert image.run("link", str(image.library_dir), "--into", str(rocm_lib)).returncode == 0
+    # torch finds the library through <rocm>/lib, where ../llvm/lib exists; the bench does
+    # not: the check fails, naming the library the loader cannot find.
+    result = image.final()
+    assert result.returncode == 1
+    assert "libomp.so => not found" in result.stderr
+
+    stage_llvm_link(image.root)
+    assert (image.prefix / "llvm").resolve() == (rocm / "llvm").resolve()
+    result = image.final()
+    assert result.returncode == 0, result.stderr
+    assert loaded(image)["file"] == str(image.built)
+    trace = subprocess.run([str(image.bench)], env={"LD_TRACE_LOADED_OBJECTS": "1"},
+                           capture_output=True, text=True, check=True).stdout
+    assert f"{image.prefix}/bin/../lib/../llvm/lib/libomp.so" in trace
+
+
+def test_a_bundling_torch_linked_to_a_11_library_still_fails_named(bundled: Image):
+    """torch/lib's links are loaded by that name: $ORIGIN is torch/lib, whose ../llvm/lib
+    the prefix's link does not reach. No shipped recipe pairs a bundling wheel with
+    hipBLASLt 1.1 (6.4.4's is 0.12); should one, the build stops here, naming libomp."""
+    rocm = bundled.root / "opt" / "rocm"
+    rebuild_with_llvm_runpath(bundled, rocm)
+    stage_llvm_link(bundled.root)
+    assert bundled.run("link", str(bundled.library_dir), "--into-torch").returncode == 0
+    result = bundled.final()
+    assert result.returncode == 1
+    assert "libomp.so" in result.stderr

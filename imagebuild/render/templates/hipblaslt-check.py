@@ -112,6 +112,11 @@ def bench_library(bench: str, env: dict[str, str]) -> str:
     if result.returncode != 0 or not lines:
         fail(f"the loader's trace of {bench} names no libhipblaslt "
              f"(exit {result.returncode}): {result.stderr.strip() or result.stdout.strip()}")
+    missing = [line.strip() for line in result.stdout.splitlines()
+               if "not found" in line and "libhipblaslt" not in line]
+    if missing:
+        fail(f"{bench}: the loader does not find {'; '.join(missing)} (an RPATH that points "
+             "where nothing was installed, e.g. $ORIGIN/../llvm/lib for libomp?)")
     name, _, rest = lines[0].partition("=>")
     path = rest.strip().split(" (")[0].strip()
     if not path.startswith("/"):
