@@ -18,6 +18,8 @@ an air-gapped site (testbed/source_mirror.py). Proven inside the built images:
   1.22 (the failure RCCL hides), the build's check fails naming the version, and rendering
   a recipe that would build it for a 1.22 site is refused;
 - no RPATH/RUNPATH: nothing in the plugin shadows a site-bound libfabric.
+- the plugin exports an interface version (ncclNetPlugin_v<N>) that the image's RCCL looks
+  up: both sets, read by the build from the two libraries, and the chosen one are recorded.
 
 Not exercised here (only on a cluster): AMD's base images and their /opt/rocm (the
 /opt/rocm prefix, rocm-dev and rccl-dev, ROCm 6.4/7.x headers), the CXI provider and
@@ -151,6 +153,15 @@ def test_recorded_symbol_versions_are_in_the_oldest_supported_libfabric(
     # Nothing in the plugin can shadow the libfabric a site binds.
     assert elf["rpath"] == [] and elf["runpath"] == []
     assert elf["dlopen_in_image"]["libfabric"]
+    # The plugin exports an interface version that the image's own RCCL (Debian's 5.4.3 here)
+    # looks up, read from both libraries by the build; the chosen one is the newest shared.
+    net = elf["net_interface"]
+    assert net["rccl"].startswith("/usr/lib/") and "librccl.so" in net["rccl"]
+    assert net["rccl_looks_up"] and net["plugin_exports"]
+    shared = set(net["rccl_looks_up"]) & set(net["plugin_exports"])
+    assert net["chosen"] == max(shared)
+    print(f"\n[plugin] {name}: RCCL looks up {net['rccl_looks_up']}, plugin exports "
+          f"{net['plugin_exports']}, chosen v{net['chosen']}")
 
 
 @pytest.mark.parametrize("name", ["plugin-nccl", "plugin-rccl"])
@@ -192,6 +203,7 @@ def test_the_build_check_names_the_missing_version(project: dict, tmp_path: Path
         [sys.executable, str(CHECK_SCRIPT), "stage", str(tmp_path / "librccl-net.so"),
          "--libfabric-dir", str(tmp_path / "no-libfabric"), "--built-against", "2.1.0",
          "--max-abi", "FABRIC_1.7", "--oldest", "1.22.0 (site lumi)",
+         "--rccl", str(tmp_path / "no-rccl"),
          "--record", str(tmp_path / "record.json")], check=False, capture_output=True,
         text=True)
     assert checked.returncode == 1, checked.stderr

@@ -2,12 +2,15 @@
 
 usage:
   network-plugin-check.py stage LIBRARY --libfabric-dir DIR --built-against RELEASE
-                                 --max-abi FABRIC_x.y --oldest TEXT --record OUT.json
+                                 --max-abi FABRIC_x.y --oldest TEXT --rccl PREFIX
+                                 --record OUT.json
       in the plugin stage, right after the build: the plugin has no RPATH/RUNPATH into
       the image's libfabric (it would shadow the one a site binds), every libfabric symbol
       version it needs is at most --max-abi (the newest tag the oldest libfabric the recipe
-      supports defines), and dlopen(RTLD_NOW) succeeds with the libfabric in DIR. Writes
-      what it read from the ELF to OUT.json.
+      supports defines), it exports an interface version (ncclNetPlugin_v<N>) that the
+      image's RCCL (PREFIX/lib/librccl.so, or PREFIX/lib/<multiarch>/librccl.so*, or a
+      library path) looks up, and dlopen(RTLD_NOW) succeeds with the libfabric in DIR.
+      Writes what it read from the ELF to OUT.json.
   network-plugin-check.py final LIBRARY --record RECORD.json --manifest MANIFEST.json
       in the final image: dlopen(RTLD_NOW) with the image's own loader configuration,
       then the record (and which libfabric the loader chose) goes into the manifest.
@@ -15,11 +18,17 @@ usage:
 libfabric versions its symbols (FABRIC_1.0, ... in libfabric.map.in); a plugin linked
 against a release needs that release's tag for fi_getinfo, and the loader refuses it with
 an older libfabric ("version `FABRIC_1.8' not found"). readelf (binutils) reads the ELF.
+
+RCCL (like NCCL) finds a net plugin's interface by dlsym of ncclNetPlugin_v<N> for a fixed
+list of N, newest first; those names are string literals in librccl.so's read-only data, so
+they are read from the library's bytes. A plugin that exports none of them loads, and RCCL
+silently uses its own sockets/IB transport instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -27,6 +36,9 @@ import subprocess
 import sys
 
 TAG = re.compile(r"^FABRIC_(\d+)\.(\d+)$")
+#: Not ncclCollNetPlugin_v<N>: the collective-network plugin's interface, looked up apart.
+LOOKUP = re.compile(rb"(?<![0-9A-Za-z_])ncclNetPlugin_v(\d+)(?![0-9A-Za-z_])")
+EXPORT = re.compile(r"^ncclNetPlugin_v(\d+)(?:@.*)?$")
 #: A child process dlopens, so that LD_LIBRARY_PATH applies (the loader reads it at start),
 #: and reports the libfabric the loader mapped.
 DLOPEN = (
@@ -89,6 +101,68 @@ def fabric_symbols(library: str) -> list[str]:
     return sorted(found)
 
 
+def rccl_library(where: str) -> str:
+    """The librccl.so of a ROCm prefix (or a library path): PREFIX/lib/librccl.so, else
+    PREFIX/lib/*/librccl.so* (Debian's multiarch layout), symlinks resolved."""
+    if os.path.isfile(where):
+        return where
+    candidates = [os.path.join(where, "lib", "librccl.so")]
+    candidates += sorted(glob.glob(os.path.join(where, "lib", "*", "librccl.so*")))
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate
+    fail(f"no RCCL library under {where} (looked for {where}/lib/librccl.so and "
+         f"{where}/lib/*/librccl.so*): cannot tell which plugin interface it looks up")
+    raise AssertionError  # unreachable
+
+
+def versions_looked_up(rccl: str) -> list[int]:
+    """The ncclNetPlugin_v<N> names RCCL dlsyms, newest first (string literals in .rodata)."""
+    with open(rccl, "rb") as handle:
+        found = {int(n) for n in LOOKUP.findall(handle.read())}
+    return sorted(found, reverse=True)
+
+
+def versions_exported(library: str) -> list[int]:
+    """The ncclNetPlugin_v<N> the plugin defines as global objects or functions, newest first."""
+    found = set()
+    for line in readelf("--dyn-syms", library).splitlines():
+        words = line.split()
+        if (len(words) >= 8 and words[3] in ("OBJECT", "FUNC") and words[4] == "GLOBAL"
+                and words[6] != "UND"):
+            match = EXPORT.match(words[7])
+            if match:
+                found.add(int(match.group(1)))
+    return sorted(found, reverse=True)
+
+
+def span(versions: list[int]) -> str:
+    """[10, 9, 8, 7, 6] -> 'v10..v6'; [11, 5] -> 'v11, v5'."""
+    if not versions:
+        return "none"
+    if len(versions) > 2 and versions == list(range(versions[0], versions[-1] - 1, -1)):
+        return f"v{versions[0]}..v{versions[-1]}"
+    return ", ".join(f"v{v}" for v in versions)
+
+
+def interface(library: str, where: str) -> dict:
+    rccl = rccl_library(where)
+    wanted = versions_looked_up(rccl)
+    if not wanted:
+        fail(f"RCCL at {rccl} contains no ncclNetPlugin_v<N> lookup string: not an RCCL/NCCL "
+             f"library, or one that loads no network plugin")
+    offered = versions_exported(library)
+    shared = sorted(set(wanted) & set(offered), reverse=True)
+    if not shared:
+        only = "only " if offered else ""
+        fail(f"RCCL at {rccl} looks up ncclNetPlugin_{span(wanted)}; the plugin "
+             f"{os.path.basename(library)} exports {only}{span(offered)}: RCCL would silently "
+             f"fall back to its own sockets/IB transport. Build a plugin release that "
+             f"exports one of the versions this RCCL looks up.")
+    return {"rccl": rccl, "rccl_file": os.path.realpath(rccl), "rccl_looks_up": wanted,
+            "plugin_exports": offered, "chosen": shared[0]}
+
+
 def tag_key(tag: str) -> tuple[int, int]:
     match = TAG.match(tag)
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
@@ -131,6 +205,7 @@ def stage(args: argparse.Namespace) -> None:
              f"which libfabric {args.oldest} does not provide (it defines up to "
              f"{args.max_abi}): it would not load there, and RCCL would fall back to sockets. "
              f"Build the plugin against an older libfabric (this one: {args.built_against}).")
+    net = interface(library, args.rccl)
     mapped = dlopen(library, args.libfabric_dir)
     record = {
         "library": library,
@@ -145,13 +220,16 @@ def stage(args: argparse.Namespace) -> None:
         "loads_with_oldest": args.oldest,
         "max_abi": args.max_abi,
         "dlopen_in_stage": {"libfabric": mapped},
+        "net_interface": net,
     }
     os.makedirs(os.path.dirname(args.record), exist_ok=True)
     with open(args.record, "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=2)
         handle.write("\n")
     print(f"network-plugin-check: {library}: needs {', '.join(tags)}; loads with "
-          f"{', '.join(mapped)}; at most {args.max_abi} allowed ({args.oldest})")
+          f"{', '.join(mapped)}; at most {args.max_abi} allowed ({args.oldest}); "
+          f"ncclNetPlugin_v{net['chosen']} (RCCL {net['rccl']} looks up "
+          f"{span(net['rccl_looks_up'])}, the plugin exports {span(net['plugin_exports'])})")
 
 
 def final(args: argparse.Namespace) -> None:
@@ -179,6 +257,8 @@ def main() -> None:
     in_stage.add_argument("--built-against", required=True)
     in_stage.add_argument("--max-abi", required=True)
     in_stage.add_argument("--oldest", required=True)
+    in_stage.add_argument("--rccl", required=True,
+                          help="the ROCm prefix whose librccl.so loads the plugin, or that library")
     in_stage.add_argument("--record", required=True)
     in_image = modes.add_parser("final")
     in_image.add_argument("library")
