@@ -235,6 +235,11 @@ def _uv_compile(recipe: Recipe, links: Path, tmp: Path, options: LockOptions,
         "--only-binary", ":all:",  # an image build never compiles a Python package ...
         "--generate-hashes", "--format", "pylock.toml", "--no-header",
         "--output-file", str(output), "--quiet",
+        # A temporary cache, dropped when uv exits: uv unpacks every --find-links wheel into
+        # its cache keyed by path, and these wheels sit in a new temporary directory each
+        # lock, so its own cache would gain another unpacked torch (GBs for ROCm builds) on
+        # every lock, never reused. imagebuild's download cache keeps the wheels themselves.
+        "--no-cache",
     ]
     if rocm_index:
         # ... but the ROCm selector, an sdist whose build picks the family's libraries

@@ -70,6 +70,17 @@ def test_second_lock_reuses_the_cache(world: World) -> None:
     assert world.server.count("/libfabric-2.1.0.tar.bz2") == 0
 
 
+def test_a_lock_leaves_nothing_in_uvs_cache(world: World, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv would unpack the torch wheel into its cache under a new key every lock (the wheels
+    are found in a new temporary directory each time): GBs per lock for ROCm wheels."""
+    cache = tmp_path / "uv-cache"
+    monkeypatch.setenv("UV_CACHE_DIR", str(cache))
+    lock(world)
+    left = [p for p in cache.rglob("*") if p.is_file()] if cache.exists() else []
+    assert not left, f"uv's cache kept {len(left)} files, e.g. {left[:3]}"
+
+
 def test_transient_errors_are_retried(world: World) -> None:
     world.server.inject(f"rocm/{TORCH_FILE}", Fault.http_status(503, times=2))
     lock(world)
