@@ -11,42 +11,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from imagebuild.convert.artifacts import Artifact
-from imagebuild.convert.inventory import Inventory
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import BuildEvent
-from imagebuild.engine.push import PushedImage
 from imagebuild.engine.select import open_engine
 from imagebuild.generated import write_all
-from imagebuild.images import ImageRef, build_tag, latest_tag
+from imagebuild.images import build_tag, latest_tag
 from imagebuild.recipe.load import project_dir
 from imagebuild.render.dockerfile import generated_dockerfile
 from imagebuild.render.edf import generated_edf
 
-from .image import BuildOptions, ImageJob, build_and_squash, context_hash
+from .image import BuildOptions, BuiltImage, ImageJob, build_and_squash, context_hash
 from .prepare import PreparedBuild
 
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class BuildResult:
-    recipe: str
-    image: ImageRef
-    built: bool
-    artifacts: tuple[Artifact, ...] = ()
-    squashed: bool = False
-    pushed: tuple[PushedImage, ...] = ()
-    seconds: dict[str, float] = field(default_factory=dict)
-    #: size table, SBOM and leftovers of the final image
-    inventory: Inventory | None = None
-
-
 def build_recipe(prepared: PreparedBuild, options: BuildOptions, *, engine: Engine | None = None,
                  say: Say = lambda _: None,
-                 progress: Callable[[BuildEvent], None] | None = None) -> BuildResult:
+                 progress: Callable[[BuildEvent], None] | None = None) -> BuiltImage:
     """The recipe's image and its artifacts; the committed Dockerfile and EDF are brought up
     to date first (``build`` renders)."""
     started = time.monotonic()
@@ -63,9 +48,7 @@ def build_recipe(prepared: PreparedBuild, options: BuildOptions, *, engine: Engi
                        log_path=options.output_dir / recipe.name / "build.log")
         result = build_and_squash(prepared, job, options, engine=engine, say=say,
                                   progress=progress)
-    return BuildResult(recipe.name, result.image, result.built, result.artifacts,
-                       result.squashed, result.pushed,
-                       {"prepare": prepare_seconds, **result.seconds}, result.inventory)
+    return replace(result, seconds={"prepare": prepare_seconds, **result.seconds})
 
 
 def format_sizes(artifacts: Sequence[Artifact]) -> list[str]:

@@ -25,7 +25,6 @@ from imagebuild.images import ImageRef, build_tag, image_repository
 from imagebuild.recipe.model import Recipe, short_hash
 
 from .image import BuildOptions, BuiltImage, ImageJob, build_and_squash, context_hash, squash_built
-from .pipeline import BuildResult
 from .prepare import PreparedBuild
 
 Say = Callable[[str], None]
@@ -61,7 +60,7 @@ def recheck_options(options: BuildOptions, directory: Path) -> BuildOptions:
                    sif_method="siftool")
 
 
-def check_reproducible(prepared: PreparedBuild, options: BuildOptions, first: BuildResult, *,
+def check_reproducible(prepared: PreparedBuild, options: BuildOptions, first: BuiltImage, *,
                        engine: Engine, say: Say = lambda _: None,
                        progress: Callable[[BuildEvent], None] | None = None
                        ) -> ReproducibilityCheck:

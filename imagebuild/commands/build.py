@@ -8,8 +8,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from imagebuild.build.image import BuildOptions
-from imagebuild.build.pipeline import BuildResult, build_recipe, format_sizes
+from imagebuild.build.image import BuildOptions, BuiltImage
+from imagebuild.build.pipeline import build_recipe, format_sizes
 from imagebuild.build.prepare import PreparedBuild, prepare_build
 from imagebuild.convert.formats import parse_formats
 from imagebuild.convert.sources import add_read_argument
@@ -98,7 +98,7 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def check_reproducible(prepared: PreparedBuild, options: BuildOptions, result: BuildResult,
+def check_reproducible(prepared: PreparedBuild, options: BuildOptions, result: BuiltImage,
                        engine: Engine) -> int:
     """``--check-reproducible``: 0 when a clean rebuild squashes to the same bytes."""
     from imagebuild.build.recheck import check_reproducible as recheck
