@@ -87,16 +87,25 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         path.chmod(0o755 if name.startswith("bin/") else 0o644)
-    target = dest_dir / "checks" / CHECKS_IMPORT_NAME
-    shutil.copytree(checks, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    # Modes from the checkout (umask) would otherwise leak into the layer and its cache key.
-    for path in [target, *target.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    copy_checks(dest_dir / "checks", checks)
     if lock.source_date_epoch is not None:
         _date(dest_dir, lock.source_date_epoch)
     staged = sorted(str(p.relative_to(dest_dir)) for p in dest_dir.rglob("*")
                     if p.is_file() and p.name != CONTEXT_MARKER)
     return BuildContext(dest_dir, dest_dir / "Dockerfile", tuple(staged))
+
+
+def copy_checks(directory: Path, source: Path = CHECKS_SOURCE) -> Path:
+    """The in-image package as images carry it: ``directory/CHECKS_IMPORT_NAME``, replaced if
+    there, without bytecode, readable by any container user (modes from the checkout's umask
+    would otherwise leak into the layer and its cache key). Returns the package directory."""
+    target = directory / CHECKS_IMPORT_NAME
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
 
 
 def _date(directory: Path, epoch: int) -> None:

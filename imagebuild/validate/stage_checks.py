@@ -10,9 +10,9 @@ any image with python3 and torch).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
+from imagebuild.render.context import copy_checks
 from imagebuild.render.layout import (
     CHECKS_IMPORT_NAME,
     CHECKS_SOURCE,
@@ -32,11 +32,7 @@ CHECKS_DIR = CHECKS_SOURCE
 
 def stage(destination: Path) -> Path:
     """Copy the checks package to ``destination/IMAGE_PACKAGE`` (a directory to mount at
-    IMAGE_LIB, or to put on PYTHONPATH); returns ``destination``."""
-    target = destination / IMAGE_PACKAGE
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(CHECKS_DIR, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for path in [destination, target, *target.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)  # readable by any container user
+    IMAGE_LIB, or to put on PYTHONPATH), as the build context does; returns ``destination``."""
+    copy_checks(destination, CHECKS_DIR)
+    destination.chmod(0o755)  # readable by any container user
     return destination
