@@ -50,7 +50,8 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
             raise LockError(f"{where}: {wheel.name}: url {wheel.url!r} is not http(s)/file")
     for key, git, enabled in (("hipblaslt", lock.hipblaslt, recipe.hipblaslt.enabled),
                               ("network-plugin", lock.network_plugin,
-                               recipe.network_plugin.enabled)):
+                               recipe.network_plugin.enabled),
+                              ("megatron", lock.megatron, recipe.megatron.enabled)):
         if not enabled:
             continue
         if git is None:

@@ -97,6 +97,7 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         source_date_epoch=_epoch(tool.get(EPOCH_KEY)),
         selector=selector,
         gpu_family=tool.get("gpu-family"),
+        megatron=git("megatron"),
     )
 
 
@@ -112,14 +113,15 @@ def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: st
               wheel_index: str, hipblaslt: LockedGit | None = None,
               network_plugin: LockedGit | None = None,
               libfabric: LockedArchive | None = None,
-              source_date_epoch: int | None = None) -> str:
+              source_date_epoch: int | None = None,
+              megatron: LockedGit | None = None) -> str:
     """The whole lock file: header, PEP 751 document (``packages`` as pylock entries, each
     with one wheel, or the ROCm selector's sdist) and the ``[tool.imagebuild]`` pins.
 
     ``source_date_epoch`` defaults to now: the moment the pins were chosen (see
     imagebuild.lock.epoch for why that time).
     """
-    tool = tool_table(recipe, base_digest, hipblaslt, network_plugin, libfabric)
+    tool = tool_table(recipe, base_digest, hipblaslt, network_plugin, libfabric, megatron)
     tool["wheel-index"] = wheel_index
     tool[EPOCH_KEY] = int(time.time()) if source_date_epoch is None else source_date_epoch
     document: dict[str, Any] = {
@@ -133,10 +135,11 @@ def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: st
 
 
 def tool_table(recipe: Recipe, base_digest: str, hipblaslt: LockedGit | None,
-               network_plugin: LockedGit | None, libfabric: LockedArchive | None
-               ) -> dict[str, Any]:
+               network_plugin: LockedGit | None, libfabric: LockedArchive | None,
+               megatron: LockedGit | None = None) -> dict[str, Any]:
     sources: dict[str, Any] = {}
-    for key, git in (("hipblaslt", hipblaslt), ("network-plugin", network_plugin)):
+    for key, git in (("hipblaslt", hipblaslt), ("network-plugin", network_plugin),
+                     ("megatron", megatron)):
         if git:
             sources[key] = {"repository": git.repository, "ref": git.ref, "commit": git.commit}
     if libfabric:

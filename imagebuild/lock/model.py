@@ -59,6 +59,8 @@ class Lock:
     #: dependencies fixed by the family) and the GPU family index it was locked for.
     selector: LockedWheel | None = None
     gpu_family: str | None = None
+    #: Megatron-LM's repository and commit, when the recipe has it.
+    megatron: LockedGit | None = None
 
     @property
     def base_image_pinned(self) -> str:

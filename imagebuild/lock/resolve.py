@@ -186,13 +186,18 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         known = previous.get(url.rsplit("/", 1)[-1])
         archive = cache.fetch(url, expected_sha256=known)
         libfabric = LockedArchive(url=url, sha256=archive.sha256, size=archive.size)
+    megatron = None
+    if recipe.megatron.enabled:
+        progress(f"git ls-remote {recipe.megatron.source.repository}")
+        megatron = resolve_git(recipe.megatron.source.repository, recipe.megatron.source.ref,
+                               options.git_mirrors)
     progress(f"base image digest of {recipe.base_image}")
     base_digest = resolve_base_digest(recipe.base_image)
 
     def render(epoch: int | None) -> str:
         return lock_text(recipe, packages, base_digest=base_digest, wheel_index=index_url,
                          hipblaslt=hipblaslt, network_plugin=network_plugin,
-                         libfabric=libfabric, source_date_epoch=epoch)
+                         libfabric=libfabric, source_date_epoch=epoch, megatron=megatron)
 
     write_all([GeneratedFile(path, relock_text(path, render), f"imagebuild lock {recipe.name}")])
     return read_lock(path)

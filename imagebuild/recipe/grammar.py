@@ -21,8 +21,8 @@ PROJECT_NAME = r"^[a-z0-9]+([._-][a-z0-9]+)*$"
 GFX_TARGET = r"^gfx[0-9]{2,4}[a-f]?(:(xnack|sramecc)[+-])*$"
 # Variables the image sets itself (the venv, the plugin's library path, the manifest) are
 # not a recipe's to override.
-RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "IMAGEBUILD_MANIFEST")
-ENV_KEY = r"^(?!(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|IMAGEBUILD_MANIFEST)$)[A-Za-z_][A-Za-z0-9_]*$"
+RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "IMAGEBUILD_MANIFEST", "MEGATRON_LM_DIR")
+ENV_KEY = r"^(?!(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|IMAGEBUILD_MANIFEST|MEGATRON_LM_DIR)$)[A-Za-z_][A-Za-z0-9_]*$"
 # OCI annotation keys: reverse-DNS style.
 # Labels under imagebuild.* and the base-image labels are written by the renderer.
 LABEL_KEY = (r"^(?!imagebuild\.)(?!org\.opencontainers\.image\.base\.)"

@@ -26,6 +26,7 @@ from imagebuild.recipe.model import (
     GitSource,
     HipBlasLt,
     Libfabric,
+    Megatron,
     NetworkPlugin,
     Recipe,
     Wheels,
@@ -46,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "gpu_targets": [],
     "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True},
     "network_plugin": {"enabled": False, "kind": "aws-ofi-nccl"},
+    "megatron": {"enabled": False, "pypi": []},
     "env": {},
     "labels": {},
     "dockerfile": {"syntax": "docker/dockerfile:1.7"},
@@ -397,6 +399,13 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
                     "aws-ofi-rccl does not compile against libfabric 2.x (it uses "
                     "container_of, which libfabric 2 no longer defines); use a 1.x release "
                     "such as 1.22.0, or kind aws-ofi-nccl")
+    megatron = data["megatron"]
+    if megatron.get("enabled"):
+        for key in ("repository", "ref"):
+            if key not in megatron:
+                problem(("megatron", key), "missing (required when megatron.enabled is true)")
+    # Megatron's stage needs only a compiler, make and the Python headers, which the plan
+    # adds itself (imagebuild.render.layout.MEGATRON_BUILD_PACKAGES).
     builds = [section for section, what in (("hipblaslt", hip), ("network_plugin", plugin))
               if what.get("enabled")]
     if builds and not data["build_packages"]:
@@ -424,7 +433,10 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         wheels=Wheels(
             index_url=index_url,
             pinned=tuple(sorted(data["wheels"]["packages"].items())),
-            extra=tuple(data["wheels"].get("pypi", [])),
+            # Megatron's own requirements are locked like every other wheel.
+            extra=tuple(data["wheels"].get("pypi", [])) + tuple(
+                r for r in megatron["pypi"] if megatron["enabled"]
+                and r not in data["wheels"].get("pypi", [])),
         ),
         gpu_targets=tuple(data["gpu_targets"]),
         hipblaslt=HipBlasLt(enabled=hip["enabled"], source=source(hip), subdir=hip["subdir"],
@@ -435,6 +447,8 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
                                 url=libfabric.get("url", "").replace(
                                     "{version}", libfabric.get("version", ""))),
         ),
+        megatron=Megatron(enabled=megatron["enabled"], source=source(megatron),
+                          requirements=tuple(megatron["pypi"])),
         env=tuple(data["env"].items()),
         labels=tuple(sorted(data["labels"].items())),
         dockerfile_syntax=data["dockerfile"]["syntax"],

@@ -76,6 +76,16 @@ class NetworkPlugin:
 
 
 @dataclass(frozen=True)
+class Megatron:
+    """Megatron-LM at a commit (ROCm/Megatron-LM, NVIDIA/Megatron-LM or a fork such as
+    swiss-ai/Megatron-LM) and the PyPI projects it imports, locked with the wheels."""
+
+    enabled: bool
+    source: GitSource
+    requirements: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Recipe:
     """One image, fully merged (``extends`` resolved) and validated."""
 
@@ -109,6 +119,7 @@ class Recipe:
     rocm_from: RocmFrom = "base_image"
     #: The family index of gpu_targets (e.g. gfx94X-dcgpu) when ROCm comes from wheels.
     gpu_family: str | None = None
+    megatron: Megatron = Megatron(False, GitSource("", ""))
 
     @property
     def rocm_wheels(self) -> bool:
@@ -126,6 +137,11 @@ class Recipe:
         data["wheels"]["pinned"] = dict(self.wheels.pinned)
         data["env"] = dict(self.env)
         data["labels"] = dict(self.labels)
+        if not self.megatron.enabled:
+            # Absent rather than disabled: recipes without it keep their input hashes.
+            data.pop("megatron")
+        else:
+            data["megatron"]["requirements"] = list(self.megatron.requirements)
         return _jsonable(data)
 
     def input_hash(self) -> str:
@@ -146,7 +162,8 @@ class Recipe:
                  "libfabric": data["network_plugin"]["libfabric"]}
                 if self.network_plugin.enabled else None
             ),
-            # Only when set: locks of recipes with ROCm in the base image stay valid.
+            # Only when set: locks of recipes without these stay valid.
+            **({"megatron": data["megatron"]["source"]} if self.megatron.enabled else {}),
             **({"rocm_from": "wheels", "gpu_family": self.gpu_family}
                if self.rocm_wheels else {}),
         }

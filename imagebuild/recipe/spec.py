@@ -164,6 +164,17 @@ RECIPE = Obj(
                            grammar.ARCHIVE_URL),
             }),
         }),
+        "megatron": Obj(
+            description="Megatron-LM, the training framework, from a repository pinned by "
+                        "commit: installed at /opt/megatron-lm (MEGATRON_LM_DIR, on the venv's "
+                        "import path) with its dataset helpers compiled at build time",
+            fields={
+                "enabled": Bool(),
+                "repository": REPOSITORY,
+                "ref": GIT_REF,
+                "pypi": Seq(Str("a PEP 508 requirement Megatron-LM imports, like einops",
+                                check=_requirement)),
+            }),
         "env": Table(key=Str("an environment variable name, not one the image sets itself "
                              f"({', '.join(grammar.RESERVED_ENV)})", grammar.ENV_KEY),
                      value=Str("a single line of text without ${ (enroot and the Container "

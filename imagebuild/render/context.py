@@ -82,6 +82,8 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
         if plan.hipblaslt.clients:
             files[plan.hipblaslt.cblas_config] = \
                 (TEMPLATES / plan.hipblaslt.cblas_config).read_text()
+    if plan.megatron is not None:
+        files[plan.megatron.check] = (TEMPLATES / plan.megatron.check).read_text()
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -198,8 +200,15 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
                                     for arch, url, sha in UV_WHEELS}}},
         "hipblaslt": {"enabled": hip.enabled},
         "network_plugin": {"enabled": plugin.enabled},
+        "megatron": {"enabled": recipe.megatron.enabled},
         "rocm_from": recipe.rocm_from,
     }
+    if plan.megatron is not None and lock.megatron:
+        # "dir", "version" and "dataset_helpers" are added by the final stage's check.
+        data["megatron"].update({
+            "repository": lock.megatron.repository, "ref": lock.megatron.ref,
+            "commit": lock.megatron.commit, "pretrain_gpt": f"{plan.megatron.prefix}/pretrain_gpt.py",
+        })
     if lock.selector is not None:
         data["rocm_wheels"] = {
             "gpu_family": recipe.gpu_family, "index": recipe.wheels.index_url,

@@ -8,6 +8,8 @@ never from a second renderer. Stages, in order:
     hipblaslt  toolchain + hipBLASLt from source at the locked commit, recipe GPU targets
     plugin     toolchain + libfabric (locked archive, sha256) + aws-ofi-nccl / aws-ofi-rccl
     python     base + uv (pinned wheel, sha256) + /opt/venv from the lock, hashes required
+    megatron   toolchain + Megatron-LM at the locked commit, dataset helpers compiled against
+               the venv (mounted from python)
     final      base + runtime OS packages + COPY --from the stages above + manifest, checks,
                ENV, LABEL (the volatile, cheap steps last)
 
@@ -58,7 +60,7 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
     The same facts tests/render/test_cache.py proves over the rendered stage graph.
     """
     plan = [("base", "FROM the pinned base image, nothing added", "base image digest")]
-    if recipe.hipblaslt.enabled or recipe.network_plugin.enabled:
+    if recipe.hipblaslt.enabled or recipe.network_plugin.enabled or recipe.megatron.enabled:
         plan.append(("toolchain", "base + compilers, ROCm development packages",
                      "base image"))
     if recipe.hipblaslt.enabled:
@@ -69,6 +71,9 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
                      "libfabric archive, plugin repository/commit"))
     plan.append(("python", "base + uv + /opt/venv from the lock",
                  "wheel pins (the lock's wheels), Python version"))
+    if recipe.megatron.enabled:
+        plan.append(("megatron", "toolchain + Megatron-LM, dataset helpers compiled",
+                     "Megatron repository/commit, the venv"))
     plan.append(("final", "base + runtime packages + the stages' installs",
                  "os_packages, env, labels; re-copies any rebuilt stage"))
     return plan
@@ -150,6 +155,7 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "build_packages": list(plan.build_packages),
         "hipblaslt": plan.hipblaslt,
         "plugin": plan.plugin,
+        "megatron": plan.megatron,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
         "rocm_wheels": {"family": recipe.gpu_family,

@@ -55,6 +55,16 @@ RESERVED_ENV = grammar.RESERVED_ENV
 LABEL_NAMESPACE = "imagebuild."
 
 VENV = "/opt/venv"
+#: Megatron-LM's checkout in the image (the ReFrame check's MEGATRON_LM_DIR).
+MEGATRON_PREFIX = "/opt/megatron-lm"
+#: What Megatron's build stage needs beyond the recipe's build_packages: its dataset helpers
+#: are a pybind11 extension compiled by megatron/core/datasets/Makefile (g++, make, and the
+#: headers and python3-config of the venv's interpreter).
+MEGATRON_BUILD_PACKAGES = ("g++", "make", "git", "ca-certificates")
+#: At run time Megatron's rank 0 runs that Makefile again (megatron.core.datasets.utils.
+#: compile_helpers): make, and python3-config for the extension suffix, must be there for
+#: it to find the built helpers up to date instead of failing to compile them.
+MEGATRON_RUNTIME_PACKAGES = ("make",)
 HIPBLASLT_PREFIX = "/opt/hipblaslt"
 LIBFABRIC_PREFIX = "/opt/libfabric"
 SITE_CA = "/run/secrets/site-ca"

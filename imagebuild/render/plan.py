@@ -19,6 +19,9 @@ from imagebuild.render.layout import (
     IMAGE_MANIFEST,
     LABEL_NAMESPACE,
     LIBFABRIC_PREFIX,
+    MEGATRON_BUILD_PACKAGES,
+    MEGATRON_PREFIX,
+    MEGATRON_RUNTIME_PACKAGES,
     PLUGIN_RECORD,
     PLUGIN_RUNTIME_PACKAGES,
     RESERVED_ENV,
@@ -116,6 +119,30 @@ class PluginPlan:
         return f"{self.prefix}/lib/librccl-net.so"
 
 
+#: The build-time check that Megatron's dataset helpers are built, importable and up to date
+#: for its run-time make (staged in the build context, bind-mounted into the final stage).
+MEGATRON_CHECK = "megatron-check.py"
+
+
+@dataclass(frozen=True)
+class MegatronPlan:
+    repository: str
+    #: The locked commit, or the recipe's ref when unlocked (review renders only).
+    revision: str
+    ref: str
+    prefix: str
+    #: The venv interpreter's python<X.Y>-config, which Megatron's Makefile calls as
+    #: python3-config: the dataset helpers get the venv's extension suffix.
+    python_config: str
+    #: The OS package holding it and the interpreter's headers (Debian and Ubuntu naming).
+    python_dev_package: str
+    check: str = MEGATRON_CHECK
+
+    @property
+    def datasets_dir(self) -> str:
+        return f"{self.prefix}/megatron/core/datasets"
+
+
 @dataclass(frozen=True)
 class BuildPlan:
     recipe: Recipe
@@ -123,7 +150,8 @@ class BuildPlan:
     lock: Lock | None
     hipblaslt: HipBlasLtPlan | None
     plugin: PluginPlan | None
-    #: OS packages of the toolchain stage (the recipe's build_packages).
+    #: OS packages of the toolchain stage: the recipe's build_packages, then what the
+    #: Megatron stage needs.
     build_packages: tuple[str, ...]
     #: OS packages of the final stage: the recipe's, then what the stages' installs need.
     runtime_packages: tuple[str, ...]
@@ -134,6 +162,7 @@ class BuildPlan:
     labels: tuple[tuple[str, str], ...]
     #: Cache-mount id suffix shared by builds on the same base distribution.
     cache_scope: str
+    megatron: MegatronPlan | None = None
 
     @property
     def locked(self) -> bool:
@@ -141,7 +170,8 @@ class BuildPlan:
 
     @property
     def builds_from_source(self) -> bool:
-        return self.hipblaslt is not None or self.plugin is not None
+        return (self.hipblaslt is not None or self.plugin is not None
+                or self.megatron is not None)
 
 
 def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
@@ -151,10 +181,16 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
     _check_recipe(recipe)
     hipblaslt = _hipblaslt(recipe, lock)
     plugin = _plugin(recipe, lock)
+    megatron = _megatron(recipe, lock)
     added = list(PLUGIN_RUNTIME_PACKAGES if plugin else ())
     added += HIPBLASLT_CLIENT_RUNTIME_PACKAGES if hipblaslt and hipblaslt.clients else ()
+    build = list(recipe.build_packages)
+    if megatron:
+        added += [*MEGATRON_RUNTIME_PACKAGES, megatron.python_dev_package]
+        build += [p for p in (*MEGATRON_BUILD_PACKAGES, megatron.python_dev_package)
+                  if p not in build]
     runtime = list(recipe.os_packages)
-    added = [p for p in added if p not in runtime]
+    added = [p for p in dict.fromkeys(added) if p not in runtime]
     library_path = ([f"{HIPBLASLT_PREFIX}/lib"] if hipblaslt else []) + \
         ([f"{plugin.prefix}/lib"] if plugin else [])
     linked = [plugin.library] if plugin else []
@@ -163,8 +199,8 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
         if hipblaslt.clients:
             linked.append(f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench")
     return BuildPlan(
-        recipe=recipe, lock=lock, hipblaslt=hipblaslt, plugin=plugin,
-        build_packages=recipe.build_packages, runtime_packages=tuple(runtime + added), added_packages=tuple(added),
+        recipe=recipe, lock=lock, hipblaslt=hipblaslt, plugin=plugin, megatron=megatron,
+        build_packages=tuple(build), runtime_packages=tuple(runtime + added), added_packages=tuple(added),
         library_path=tuple(library_path), linked_files=tuple(linked),
         labels=_labels(recipe, lock), cache_scope=_cache_scope(recipe))
 
@@ -224,6 +260,18 @@ def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
         libfabric_sha256=archive.sha256 if archive else None,
         libfabric_prefix=LIBFABRIC_PREFIX, rocm_prefix=recipe.rocm_prefix,
         libfabric_target=libfabric_target(recipe))
+
+
+def _megatron(recipe: Recipe, lock: Lock | None) -> MegatronPlan | None:
+    megatron = recipe.megatron
+    if not megatron.enabled:
+        return None
+    source = lock.megatron if lock else None
+    return MegatronPlan(
+        repository=source.repository if source else megatron.source.repository,
+        revision=source.commit if source else megatron.source.ref, ref=megatron.source.ref,
+        prefix=MEGATRON_PREFIX, python_config=f"/usr/bin/python{recipe.python}-config",
+        python_dev_package=f"python{recipe.python}-dev")
 
 
 def _labels(recipe: Recipe, lock: Lock | None) -> tuple[tuple[str, str], ...]:
