@@ -22,8 +22,9 @@ directory works under any package name.
 #: Version of the JSON report written by the runner (docs/validate-report.md).
 REPORT_SCHEMA = "imagebuild-validate-report/1"
 
-#: Every check, in the order the runner runs them (the train step last: it takes the most
-#: memory and the longest; the environment first: it explains the failures after it).
+#: Every check, in the order the runner runs them (the train step and the users' Megatron
+#: run last: they take the most memory and the longest; the environment first: it explains
+#: the failures after it).
 CHECK_NAMES = (
     "environment",
     "devices",
@@ -34,6 +35,7 @@ CHECK_NAMES = (
     "collectives",
     "network",
     "train",
+    "megatron",
 )
 #: Check name -> module in checks/, where they differ (``tuning`` would read as the
 #: tuning/ sub-package).

@@ -106,6 +106,27 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                    help="a tuning bundle (imagebuild tune gemm): run the tuning check, GEMMs "
                         "of its problems without and with it (host: mounted into the image "
                         "and loaded for every check)")
+    m = parser.add_argument_group(
+        "megatron (the image's Megatron-LM pretrain_gpt.py on the train step's model, blocks, "
+        "sequence and micro-batch)")
+    m.add_argument("--megatron-dir", default=None, metavar="DIR",
+                   help="the Megatron-LM checkout to run (default: $MEGATRON_LM_DIR, which "
+                        "images with Megatron set)")
+    m.add_argument("--megatron-fp8", action="store_true",
+                   help="the FP8 variant (TransformerEngine --fp8-format hybrid), reported as "
+                        "fp8 and never judged against bf16 figures")
+    m.add_argument("--megatron-tp", type=_positive, default=1, metavar="N",
+                   help="tensor-parallel size (sequence parallelism is on when > 1)")
+    m.add_argument("--megatron-iterations", type=_positive, default=10, metavar="N",
+                   help="timed iterations after the warm-up (default 10)")
+    m.add_argument("--megatron-warmup", type=_positive, default=3, metavar="N",
+                   help="warm-up iterations left out of the figures (default 3)")
+    m.add_argument("--megatron-tokenizer-model", default=None, metavar="PATH",
+                   help="a mounted SentencePiece tokenizer.model (Llama2Tokenizer, as the "
+                        "ReFrame check); default Megatron's NullTokenizer with the Llama-3 "
+                        "vocabulary size")
+    m.add_argument("--megatron-timeout", type=_positive, default=1800, metavar="S",
+                   help="seconds each Megatron rank may run (default 1800)")
     n = parser.add_argument_group("network and placement")
     n.add_argument("--expect-net-provider", default=None, metavar="NAME",
                    help="libfabric provider RCCL/NCCL must select, e.g. cxi on HPE Slingshot "
