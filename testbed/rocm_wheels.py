@@ -69,6 +69,20 @@ PYPI_PROJECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sympy": ("1.14.0", ("mpmath<1.4,>=1.1.0",)),
     "tqdm": ("4.67.1", ()),
     "typing-extensions": ("4.15.0", ()),
+    # What Megatron-LM imports (the recipes' megatron.pypi), with tiktoken's requirements.
+    "certifi": ("2026.10.19.post1", ()),
+    "charset-normalizer": ("3.5.3", ()),
+    "einops": ("0.8.2", ()),
+    "idna": ("3.20", ('ruff>=0.16.0; extra == "all"',)),
+    "packaging": ("26.4", ()),
+    "pybind11": ("3.1.0", ('pybind11-global==3.1.0; extra == "global"',)),
+    "regex": ("2026.11.19", ()),
+    "requests": ("2.34.2", ("charset_normalizer<4,>=2", "idna<4,>=2.5", "urllib3<3,>=1.26",
+                            "certifi>=2023.5.7", 'PySocks!=1.5.7,>=1.5.6; extra == "socks"')),
+    "sentencepiece": ("0.2.3", ('numpy; extra == "numpy"', 'protobuf; extra == "protobuf"')),
+    "six": ("1.17.0", ()),
+    "tiktoken": ("0.14.0", ("regex", "requests", 'blobfile>=3; extra == "blobfile"')),
+    "urllib3": ("2.8.0", ('h2<5,>=4; extra == "h2"',)),
 }
 
 #: Marker variables of the images' Python (3.12 on linux x86_64), for the fixture PyPI.

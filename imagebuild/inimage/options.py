@@ -115,6 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
     m.add_argument("--megatron-fp8", action="store_true",
                    help="the FP8 variant (TransformerEngine --fp8-format hybrid), reported as "
                         "fp8 and never judged against bf16 figures")
+    m.add_argument("--megatron-transformer-impl", choices=("transformer_engine", "local"),
+                   default="transformer_engine",
+                   help="Megatron's layers: TransformerEngine (the ReFrame check's, default) or "
+                        "local torch layers for an image without TransformerEngine (reported "
+                        "as such)")
     m.add_argument("--megatron-tp", type=_positive, default=1, metavar="N",
                    help="tensor-parallel size (sequence parallelism is on when > 1)")
     m.add_argument("--megatron-iterations", type=_positive, default=10, metavar="N",

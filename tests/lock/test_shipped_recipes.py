@@ -53,9 +53,11 @@ def copy_project(tmp_path: Path, name: str) -> Path:
     path = project / "recipes" / f"{name}.yaml"
     base_image = load_recipe(str(path)).base_image
     text = path.read_text()
-    assert f"base_image: {base_image}\n" in text, "the base image is set in the recipe itself"
-    path.write_text(text.replace(f"base_image: {base_image}\n",
-                                 f"base_image: {base_image}@{BASE_DIGEST}\n"))
+    pinned = f"base_image: {base_image}@{BASE_DIGEST}\n"
+    if f"base_image: {base_image}\n" in text:
+        path.write_text(text.replace(f"base_image: {base_image}\n", pinned))
+    else:  # inherited from the recipe it extends
+        path.write_text(text + pinned)
     return path
 
 
@@ -92,6 +94,8 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     hipblaslt_commit = mirror_repository(mirror, hipblaslt.repository, hipblaslt.ref)
     plugin = recipe.network_plugin.source
     plugin_commit = mirror_repository(mirror, plugin.repository, plugin.ref)
+    megatron = recipe.megatron.source
+    megatron_commit = mirror_repository(mirror, megatron.repository, megatron.ref)
     libfabric_url = recipe.network_plugin.libfabric.url
     archive = mirror / libfabric_url.removeprefix(GITHUB)
     archive.parent.mkdir(parents=True)
@@ -110,6 +114,8 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     assert {w.name for w in lock.wheels} >= {"numpy", "sympy", "filelock"}
     assert lock.hipblaslt is not None and lock.hipblaslt.commit == hipblaslt_commit
     assert lock.network_plugin is not None and lock.network_plugin.commit == plugin_commit
+    assert lock.megatron is not None and lock.megatron.commit == megatron_commit
+    assert {w.name for w in lock.wheels} >= {"einops", "sentencepiece", "tiktoken", "pybind11"}
     assert lock.libfabric is not None and lock.libfabric.sha256 == sha256_of(archive)
     assert urlsplit(lock.libfabric.url).scheme == "file"
     assert lock.base_digest == BASE_DIGEST

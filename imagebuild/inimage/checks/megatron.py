@@ -19,6 +19,7 @@ a CPU probe, with no figures of speed.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import subprocess
@@ -36,12 +37,21 @@ from ..model.megatron_run import (
     MEGATRON_ENV,
     Architecture,
     MegatronRun,
+    TrainingLog,
     cpu_arguments,
     figures_of,
     parse_training_log,
     pretrain_arguments,
 )
-from ..result import NOT_APPLICABLE, CheckResult, below_minimum, failed, judge, merge_global, skipped
+from ..result import (
+    NOT_APPLICABLE,
+    CheckResult,
+    below_minimum,
+    failed,
+    judge,
+    merge_global,
+    skipped,
+)
 
 NAME = "megatron"
 #: The world size the CPU probe validates the GPU arguments for.
@@ -137,7 +147,8 @@ def _plan(ctx: Context, base: LlamaConfig, *, seq: int, layers: int, ac: str,
         tensor_parallel=opts.megatron_tp, micro_batch=opts.train_batch,
         iterations=opts.megatron_warmup + opts.megatron_iterations,
         precision="fp8" if opts.megatron_fp8 else "bf16", activation_checkpointing=ac,
-        tokenizer_model=opts.megatron_tokenizer_model)
+        tokenizer_model=opts.megatron_tokenizer_model,
+        transformer_impl=opts.megatron_transformer_impl)
 
 
 def _gpu_plan(ctx: Context) -> tuple[MegatronRun, dict[str, Any]]:
@@ -160,12 +171,28 @@ def _gpu_run(ctx: Context, directory: Path) -> CheckResult:
     if ctx.world_size % opts.megatron_tp:
         return failed(NAME, f"--megatron-tp {opts.megatron_tp} does not divide the "
                       f"{ctx.world_size} ranks")
+    if opts.megatron_transformer_impl == "transformer_engine" and \
+            importlib.util.find_spec("transformer_engine") is None:
+        return failed(NAME, f"{sys.executable} cannot import transformer_engine, which the "
+                      "ReFrame check's run uses (--transformer-impl transformer_engine): the "
+                      "image lacks TransformerEngine; --megatron-transformer-impl local runs "
+                      "Megatron's torch layers instead (a different workload, reported as such)")
+    if opts.megatron_fp8 and opts.megatron_transformer_impl != "transformer_engine":
+        return failed(NAME, "--megatron-fp8 needs --megatron-transformer-impl "
+                      "transformer_engine (FP8 GEMMs are TransformerEngine's)")
     run, plan = _gpu_plan(ctx)
-    arguments = pretrain_arguments(run)
+    return judge_run(ctx, run, plan, launch(ctx, directory, pretrain_arguments(run)))
+
+
+def launch(ctx: Context, directory: Path, arguments: list[str]) -> list[dict[str, Any]]:
+    """Run one Megatron rank beside this rank (its rank, world size and device, a new
+    rendezvous port), its output in the work directory; every rank's exit code, parsed log
+    and last lines, in rank order."""
     port = ctx.all_gather_object(free_port() if ctx.rank == 0 else None, tag="megatron-port")[0]
     master = os.environ.get("MASTER_ADDR") or (ctx.hosts[0] if ctx.hosts else "127.0.0.1")
     gc.collect()
-    torch.cuda.empty_cache()  # leave the GPU to Megatron's rank
+    if ctx.device.type == "cuda":
+        torch.cuda.empty_cache()  # leave the GPU to Megatron's rank
     log_path = ctx.workdir / f"megatron-rank{ctx.rank}.log"
     env = _child_env({"RANK": str(ctx.rank), "WORLD_SIZE": str(ctx.world_size),
                       "LOCAL_RANK": str(ctx.device.index or 0), "MASTER_ADDR": master,
@@ -176,31 +203,36 @@ def _gpu_run(ctx: Context, directory: Path) -> CheckResult:
         try:
             code = subprocess.run([sys.executable, str(directory / "pretrain_gpt.py"),
                                    *arguments], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=opts.megatron_timeout, check=False).returncode
+                                  timeout=ctx.options.megatron_timeout, check=False).returncode
         except subprocess.TimeoutExpired:
             code = None
     text = log_path.read_text(encoding="utf-8", errors="replace")
-    parsed = parse_training_log(text)
-    mine = {"rank": ctx.rank, "code": code, "log": parsed.to_dict(), "tail": _tail(text)}
-    everyone = ctx.all_gather_object(mine, tag="megatron-logs")
-    setup = {**run.to_dict(), "arguments": arguments, "train_plan": plan,
+    mine = {"rank": ctx.rank, "code": code, "log": parse_training_log(text).to_dict(),
+            "tail": _tail(text), "path": str(log_path)}
+    return ctx.all_gather_object(mine, tag="megatron-logs")
+
+
+def judge_run(ctx: Context, run: MegatronRun, plan: dict[str, Any],
+              everyone: list[dict[str, Any]]) -> CheckResult:
+    setup = {**run.to_dict(), "arguments": pretrain_arguments(run), "train_plan": plan,
              "workload": "full" if run.model.layers == LLAMA_3_1_8B.n_layers else "proxy",
-             "log": str(log_path)}
+             "logs": [r["path"] for r in everyone]}
     broken = [r for r in everyone if r["code"] != 0]
     if broken:
         first = broken[0]
-        what = (f"timed out after {opts.megatron_timeout} s" if first["code"] is None
+        what = (f"timed out after {ctx.options.megatron_timeout} s" if first["code"] is None
                 else f"exited {first['code']}")
         return failed(NAME, f"Megatron rank {first['rank']} {what} "
-                      f"({len(broken)} of {ctx.world_size} ranks failed); its log: "
-                      f"{ctx.workdir}/megatron-rank{first['rank']}.log",
-                      {"configuration": setup}, details=tuple(first["tail"]))
+                      f"({len(broken)} of {len(everyone)} ranks failed); its log: "
+                      f"{first['path']}", {"configuration": setup}, details=tuple(first["tail"]))
     logs = [r["log"] for r in everyone]
     iterations = max((log["iterations"] for log in logs), key=len)
     exited = next((log["exited_at"] for log in logs if log["exited_at"] is not None), None)
-    from ..model.megatron_run import TrainingLog
-
-    figures = figures_of(TrainingLog(iterations, exited), run, opts.megatron_warmup)
+    try:
+        figures = figures_of(TrainingLog(iterations, exited), run, ctx.options.megatron_warmup)
+    except ValueError as exc:
+        return failed(NAME, f"{exc} (log: {everyone[-1]['path']})", {"configuration": setup},
+                      details=tuple(everyone[-1]["tail"]))
     figures.update(configuration=setup, workload=setup["workload"], precision=run.precision)
     return evaluate(figures, run, ctx)
 
@@ -222,7 +254,7 @@ def evaluate(figures: dict[str, Any], run: MegatronRun, ctx: Context) -> CheckRe
     proxy = figures["workload"] == "proxy"
     shape = (f"{run.model.layers} blocks, seq {run.seq}, micro-batch {run.micro_batch}, "
              f"TP {run.tensor_parallel} x DP {run.data_parallel}, {run.precision}, recompute "
-             f"{run.activation_checkpointing}")
+             f"{run.activation_checkpointing}, {run.transformer_impl} layers")
     head = f"PROXY ({shape})" if proxy else f"full model ({shape})"
     summary = (f"{head}: {tflops or 0:.1f} TFLOP/s/GPU (Megatron's), "
                f"{figures['tokens_per_s_per_gpu'] or 0:.0f} tokens/s/GPU, "

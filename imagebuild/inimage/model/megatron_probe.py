@@ -48,7 +48,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         warnings.simplefilter("always")
         # The Swiss AI fork imports megatron.core.transformer through megatron.training
         # first, or its imports are circular.
-        import megatron.training  # noqa: F401
+        import megatron.training
         import torch
         from megatron.core import package_info
 

@@ -70,6 +70,9 @@ class MegatronRun:
     precision: str = "bf16"  # or "fp8" (TransformerEngine hybrid; always bf16 underneath)
     activation_checkpointing: str = "none"
     tokenizer_model: str | None = None
+    #: "transformer_engine" (the ReFrame check's, Megatron's default) or "local" (torch
+    #: layers: a run without TransformerEngine, labelled as such).
+    transformer_impl: str = "transformer_engine"
 
     @property
     def data_parallel(self) -> int:
@@ -95,7 +98,7 @@ def pretrain_arguments(run: MegatronRun) -> list[str]:
     args = [
         "--tensor-model-parallel-size", str(run.tensor_parallel),
         "--pipeline-model-parallel-size", "1", "--context-parallel-size", "1",
-        "--use-mcore-models", "--transformer-impl", "transformer_engine", "--use-flash-attn",
+        "--use-mcore-models", "--transformer-impl", run.transformer_impl, "--use-flash-attn",
         "--num-layers", str(m.layers), "--hidden-size", str(m.hidden),
         "--ffn-hidden-size", str(m.ffn_hidden), "--num-attention-heads", str(m.heads),
         "--group-query-attention", "--num-query-groups", str(m.kv_groups),
