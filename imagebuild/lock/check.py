@@ -11,7 +11,7 @@ from imagebuild.errors import LockError
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.lock.model import Lock
 from imagebuild.recipe import grammar
-from imagebuild.recipe.model import Recipe
+from imagebuild.recipe.model import TE_TORCH_SDIST, Recipe
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -59,6 +59,16 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
                             f"run `imagebuild lock {recipe.name}`")
         if not _COMMIT.match(git.commit):
             raise LockError(f"{where}: {key} commit {git.commit!r} is not 40 hex")
+    if recipe.transformer_engine.enabled:
+        built = lock.sdist(TE_TORCH_SDIST)
+        if built is None or built.version != recipe.transformer_engine.version:
+            raise LockError(f"{where}: no {TE_TORCH_SDIST} {recipe.transformer_engine.version} "
+                            f"source archive; run `imagebuild lock {recipe.name}`")
+    for sdist in lock.sdists:
+        if not _SHA256.match(sdist.sha256):
+            raise LockError(f"{where}: {sdist.name}: sha256 {sdist.sha256!r} is not 64 hex")
+        if not sdist.url.startswith(("https://", "http://", "file://")):
+            raise LockError(f"{where}: {sdist.name}: url {sdist.url!r} is not http(s)/file")
     if recipe.network_plugin.enabled:
         archive = lock.libfabric
         if archive is None:

@@ -24,8 +24,10 @@ import requests
 from packaging.tags import Tag
 from packaging.utils import (
     BuildTag,
+    InvalidSdistFilename,
     InvalidWheelFilename,
     canonicalize_name,
+    parse_sdist_filename,
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
@@ -34,6 +36,8 @@ from imagebuild.errors import WheelIndexError
 from imagebuild.http import HttpClient
 
 CLOSEST_SHOWN = 5
+#: Source archive names (PEP 625 and the older .zip).
+SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class IndexFile:
     tags: frozenset[Tag]
     build: BuildTag = ()
     sha256: str | None = field(default=None, compare=False)  # from a "#sha256=" fragment
+    #: A source archive (name-version.tar.gz), not a wheel: no tags.
+    sdist: bool = False
 
     @property
     def python_tags(self) -> str:
@@ -55,7 +61,8 @@ class IndexFile:
 
 
 def parse_listing(html: str, base_url: str) -> list[IndexFile]:
-    """The wheels linked from an HTML listing; other links (sdists, ../, dirs) are skipped."""
+    """The wheels and source archives linked from an HTML listing; other links (../, dirs)
+    are skipped."""
     parser = _LinkParser()
     parser.feed(html)
     parser.close()
@@ -64,24 +71,31 @@ def parse_listing(html: str, base_url: str) -> list[IndexFile]:
     for href in parser.hrefs:
         url, fragment = urldefrag(urljoin(base, href.strip()))
         filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-        wheel = _wheel(filename, url, _fragment_sha256(fragment))
+        wheel = _distribution(filename, url, _fragment_sha256(fragment))
         if wheel is not None:
             files.setdefault(wheel.filename, wheel)  # a listing may link a file twice
     return sorted(files.values(), key=lambda f: f.filename)
 
 
 def list_directory(directory: Path) -> list[IndexFile]:
-    """The wheels in a local directory, with file:// URLs."""
+    """The wheels and source archives in a local directory, with file:// URLs."""
     files = []
     for entry in os.scandir(directory):
         if entry.is_file():
-            wheel = _wheel(entry.name, Path(entry.path).resolve().as_uri(), None)
+            wheel = _distribution(entry.name, Path(entry.path).resolve().as_uri(), None)
             if wheel is not None:
                 files.append(wheel)
     return sorted(files, key=lambda f: f.filename)
 
 
-def _wheel(filename: str, url: str, sha256: str | None) -> IndexFile | None:
+def _distribution(filename: str, url: str, sha256: str | None) -> IndexFile | None:
+    if filename.endswith(SDIST_SUFFIXES):
+        try:
+            name, version = parse_sdist_filename(filename)
+        except (InvalidSdistFilename, InvalidVersion):
+            return None
+        return IndexFile(filename=filename, url=url, name=str(name), version=version,
+                         tags=frozenset(), sha256=sha256, sdist=True)
     if not filename.endswith(".whl"):
         return None
     try:
@@ -207,9 +221,12 @@ class WheelIndex:
 
     def files(self) -> list[IndexFile]:
         """Every wheel in the listing, sorted by filename; fetched once per object."""
+        return [f for f in self._listing() if not f.sdist]
+
+    def _listing(self) -> list[IndexFile]:
         if self._files is None:
             self._files = self._load()
-        return list(self._files)
+        return self._files
 
     def _load(self) -> list[IndexFile]:
         if self._directory is not None:
@@ -221,12 +238,31 @@ class WheelIndex:
         return parse_listing(html, final_url)
 
     def files_for(self, name: str) -> list[IndexFile]:
+        """The project's wheels."""
+        return [f for f in self._project_files(name) if not f.sdist]
+
+    def _project_files(self, name: str) -> list[IndexFile]:
         wanted = canonicalize_name(name)
         if not self.simple:
-            return [f for f in self.files() if f.name == wanted]
+            return [f for f in self._listing() if f.name == wanted]
         if wanted not in self._projects:
             self._projects[wanted] = [f for f in self._load_project(wanted) if f.name == wanted]
         return list(self._projects[wanted])
+
+    def find_sdist(self, name: str, version: str) -> IndexFile:
+        """The source archive of exactly ``name==version`` (projects the index publishes
+        only as source, e.g. TransformerEngine's PyTorch extension)."""
+        wanted = Version(version)
+        found = [f for f in self._project_files(name) if f.sdist and f.version == wanted]
+        if found:
+            return min(found, key=lambda f: (not f.filename.endswith(".tar.gz"),
+                                                f.filename))
+        others = sorted(f.filename for f in self._project_files(name))
+        raise WheelIndexError(
+            f"{name}=={version}: no source archive in wheel index {self.url}"
+            + (f" (it has: {', '.join(others[:CLOSEST_SHOWN])})" if others else
+               f" (no file of {canonicalize_name(name)} at all)"),
+            hint="check the release's listing for the TransformerEngine version it publishes")
 
     def project_url(self, name: str) -> str:
         """PEP 503: a project's page is the root URL plus its normalized name and "/"."""

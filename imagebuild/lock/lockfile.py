@@ -18,7 +18,7 @@ import tomli_w
 
 from imagebuild.errors import LockError
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit, LockedWheel
-from imagebuild.recipe.model import Recipe
+from imagebuild.recipe.model import ROCM_SELECTOR, Recipe
 
 TOOL_KEY = "imagebuild"
 #: [tool.imagebuild] key of the lock's SOURCE_DATE_EPOCH.
@@ -56,16 +56,22 @@ def read_lock(path: Path) -> Lock:
 def _parse(path: Path, data: dict[str, Any]) -> Lock:
     tool = data["tool"][TOOL_KEY]
     wheels = []
+    sdists: list[LockedWheel] = []
     selector = None
     for package in data.get("packages", []):
         if "sdist" in package and not package.get("wheels"):
-            # Only the ROCm selector is ever locked as an sdist (imagebuild.lock.resolve).
-            if selector is not None:
-                raise ValueError("more than one sdist: only the rocm selector may be one")
+            # Source archives: the ROCm selector, and projects the index publishes only as
+            # source (TransformerEngine's PyTorch extension), built in the image.
             sdist = package["sdist"]
-            selector = LockedWheel(name=package["name"], version=package["version"],
-                                   url=sdist["url"], sha256=sdist["hashes"]["sha256"],
-                                   size=sdist.get("size"))
+            locked = LockedWheel(name=package["name"], version=package["version"],
+                                 url=sdist["url"], sha256=sdist["hashes"]["sha256"],
+                                 size=sdist.get("size"))
+            if package["name"] != ROCM_SELECTOR:
+                sdists.append(locked)
+            elif selector is not None:
+                raise ValueError("more than one rocm selector sdist")
+            else:
+                selector = locked
             continue
         entries = package.get("wheels") or []
         if len(entries) != 1:
@@ -98,6 +104,7 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         selector=selector,
         gpu_family=tool.get("gpu-family"),
         megatron=git("megatron"),
+        sdists=tuple(sdists),
     )
 
 

@@ -61,6 +61,8 @@ class Lock:
     gpu_family: str | None = None
     #: Megatron-LM's repository and commit, when the recipe has it.
     megatron: LockedGit | None = None
+    #: Source archives built in the image (TransformerEngine's PyTorch extension).
+    sdists: tuple[LockedWheel, ...] = ()
 
     @property
     def base_image_pinned(self) -> str:
@@ -70,6 +72,9 @@ class Lock:
 
     def wheel(self, name: str) -> LockedWheel | None:
         return next((w for w in self.wheels if w.name == name), None)
+
+    def sdist(self, name: str) -> LockedWheel | None:
+        return next((w for w in self.sdists if w.name == name), None)
 
     def file_hash(self) -> str:
         return "sha256:" + sha256_file(self.path)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import tarfile
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
@@ -37,8 +36,9 @@ from imagebuild.lock.index import IndexFile, WheelIndex, supported_tags
 from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit
 from imagebuild.lock.requires import PinnedWheel, check_pins_agree
+from imagebuild.lock.sdist import sdist_build_requires, sdist_requires
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
-from imagebuild.recipe.model import ROCM_SELECTOR, Recipe
+from imagebuild.recipe.model import ROCM_SELECTOR, TE_TORCH_SDIST, Recipe
 
 if TYPE_CHECKING:
     from imagebuild.lock.cache import CachedFile, DownloadCache
@@ -139,7 +139,8 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         links.mkdir()
         pinned: dict[str, dict[str, Any]] = {}
         downloaded: list[PinnedWheel] = []
-        for name, version in recipe.wheels.pinned:
+        engine = recipe.transformer_engine
+        for name, version in recipe.wheels.pinned + engine.wheel_pins():
             found = index.find(name, version, python=recipe.python)
             progress(f"wheel {found.filename}")
             known = previous.get(found.filename)
@@ -150,18 +151,21 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
             downloaded.append(PinnedWheel(canonicalize_name(name), version, found.filename,
                                           cached.path))
         check_pins_agree(recipe, downloaded)
+        built, extra = _source_archives(recipe, index, cache, previous, progress)
         progress("resolving dependencies with uv")
         rocm_index = index_url if recipe.rocm_wheels else None
-        compiled = _uv_compile(recipe, links, Path(tmp), options, rocm_index=rocm_index)
+        compiled = _uv_compile(recipe, links, Path(tmp), options, rocm_index=rocm_index,
+                               extra=extra)
         if recipe.rocm_wheels:
             build_requires = _selector_build_requires(compiled, cache)
             if build_requires:  # the image builds the selector without isolation
                 progress(f"resolving the selector's build requirements: "
                          f"{', '.join(build_requires)}")
                 compiled = _uv_compile(recipe, links, Path(tmp), options,
-                                       rocm_index=rocm_index, extra=build_requires)
+                                       rocm_index=rocm_index, extra=extra + build_requires)
     packages = _pin_wheels(compiled, pinned, recipe.python,
                            sdist_allowed=(ROCM_SELECTOR,) if recipe.rocm_wheels else ())
+    packages = sorted(packages + built, key=lambda p: p["name"])
     if recipe.rocm_wheels:
         check_family(recipe, packages)
     for package in packages:
@@ -203,6 +207,29 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
     return read_lock(path)
 
 
+def _source_archives(recipe: Recipe, index: WheelIndex, cache: DownloadCache,
+                     previous: dict[str, str], progress: Progress
+                     ) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The source archives the image builds (TransformerEngine's PyTorch extension) as lock
+    entries, and the requirements they add to the resolution: the pins of the wheels they
+    come with, what they require (PKG-INFO) and what their build needs (the image builds
+    them without isolation, with what the lock installed)."""
+    engine = recipe.transformer_engine
+    if not engine.enabled:
+        return [], ()
+    found = index.find_sdist(TE_TORCH_SDIST, engine.version)
+    progress(f"source archive {found.filename}")
+    cached = _fetch_verified(cache, found, previous.get(found.filename))
+    entry = {"name": TE_TORCH_SDIST, "version": engine.version,
+             "sdist": {"url": found.url, "size": cached.size,
+                       "hashes": {"sha256": cached.sha256}}}
+    own = canonicalize_name(TE_TORCH_SDIST)
+    needs = [r for r in sdist_requires(cached.path) + sdist_build_requires(cached.path)
+             if canonicalize_name(re.split(r"[\s<>=!~;\[(@]", r, maxsplit=1)[0]) != own]
+    pins = [f"{name}=={version}" for name, version in engine.wheel_pins()]
+    return [entry], tuple(pins + needs)
+
+
 def _previous_hashes(path: Path) -> dict[str, str]:
     """filename -> sha256 pinned by the current lock (to refuse silent re-pinning)."""
     if not path.exists():
@@ -211,7 +238,7 @@ def _previous_hashes(path: Path) -> dict[str, str]:
         lock = read_lock(path)
     except LockError:
         return {}
-    hashes = {w.filename: w.sha256 for w in lock.wheels}
+    hashes = {w.filename: w.sha256 for w in lock.wheels + lock.sdists}
     if lock.libfabric:
         hashes[lock.libfabric.url.rsplit("/", 1)[-1]] = lock.libfabric.sha256
     return hashes
@@ -363,23 +390,6 @@ def _selector_build_requires(compiled: dict[str, Any], cache: DownloadCache
         cached = cache.fetch(sdist["url"], expected_sha256=sdist["hashes"]["sha256"])
         return sdist_build_requires(cached.path)
     return ()
-
-
-def sdist_build_requires(path: Path) -> tuple[str, ...]:
-    """PEP 518: ``build-system.requires`` of the sdist's top pyproject.toml; without one,
-    PEP 517's legacy default (setuptools and wheel)."""
-    with tarfile.open(path) as archive:
-        members = [m for m in archive.getmembers()
-                   if m.isfile() and m.name.count("/") == 1
-                   and m.name.endswith("/pyproject.toml")]
-        if not members:
-            return ("setuptools>=40.8.0", "wheel")
-        handle = archive.extractfile(members[0])
-        data = tomllib.loads(handle.read().decode()) if handle else {}
-    system = data.get("build-system")
-    if system is None:
-        return ("setuptools>=40.8.0", "wheel")
-    return tuple(system.get("requires", ()))
 
 
 def resolve_git(repository: str, ref: str, mirrors: Mapping[str, str],

@@ -106,7 +106,11 @@ def test_parse_listing_html_variants() -> None:
     <a href="not-a-valid-wheel.whl">bad</a>
     <a href="torch-2.8.0.tar.gz">sdist</a><a href="../">up</a><a>no href</a>
     </body></html>"""
-    files = parse_listing(page, "https://ignored.example/")
+    listed = parse_listing(page, "https://ignored.example/")
+    # The source archive is listed as one (TransformerEngine's torch extension is published
+    # only so); wheel lookups never see it.
+    assert [(f.filename, f.sdist) for f in listed if f.sdist] == [("torch-2.8.0.tar.gz", True)]
+    files = [f for f in listed if not f.sdist]
     assert files == [
         IndexFile(
             filename="torch-2.8.0+rocm7.0.2.lw.git245bf6ed-cp312-cp312-linux_x86_64.whl",
