@@ -68,7 +68,7 @@ PYPI_PROJECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "setuptools": ("80.9.0", ()),
     "sympy": ("1.14.0", ("mpmath<1.4,>=1.1.0",)),
     "tqdm": ("4.67.1", ()),
-    "typing-extensions": ("4.15.0", ()),
+    "typing-extensions": ("4.16.0", ()),
     # What Megatron-LM imports (the recipes' megatron.pypi), with tiktoken's requirements.
     "certifi": ("2026.10.19.post1", ()),
     "charset-normalizer": ("3.5.3", ()),
@@ -83,6 +83,16 @@ PYPI_PROJECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "six": ("1.17.0", ()),
     "tiktoken": ("0.14.0", ("regex", "requests", 'blobfile>=3; extra == "blobfile"')),
     "urllib3": ("2.8.0", ('h2<5,>=4; extra == "h2"',)),
+    # What TransformerEngine's Python package requires (testbed.transformer_engine), and the
+    # build requirements of its PyTorch extension's source archive.
+    "annotated-types": ("0.8.0", ()),
+    "importlib-metadata": ("10.2.0", ("zipp>=3.20",)),
+    "pydantic": ("2.14.4", ("annotated-types>=0.6.0", "pydantic-core==2.50.2",
+                            "typing-extensions>=4.16.0", "typing-inspection>=0.4.4")),
+    "pydantic-core": ("2.50.2", ("typing-extensions>=4.16.0",)),
+    "typing-inspection": ("0.4.5", ("typing-extensions>=4.15.0",)),
+    "wheel": ("0.48.0", ("packaging>=24.0",)),
+    "zipp": ("4.1.2", ()),
 }
 
 #: Marker variables of the images' Python (3.12 on linux x86_64), for the fixture PyPI.

@@ -29,6 +29,7 @@ from imagebuild.recipe.model import (
     Megatron,
     NetworkPlugin,
     Recipe,
+    TransformerEngine,
     Wheels,
 )
 
@@ -48,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True},
     "network_plugin": {"enabled": False, "kind": "aws-ofi-nccl"},
     "megatron": {"enabled": False, "pypi": []},
+    "transformer_engine": {"enabled": False},
     "env": {},
     "labels": {},
     "dockerfile": {"syntax": "docker/dockerfile:1.7"},
@@ -404,6 +406,15 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         for key in ("repository", "ref"):
             if key not in megatron:
                 problem(("megatron", key), "missing (required when megatron.enabled is true)")
+    engine = data["transformer_engine"]
+    if engine.get("enabled"):
+        if "version" not in engine:
+            problem(("transformer_engine", "version"),
+                    "missing (required when transformer_engine.enabled is true)")
+        for name in ("transformer-engine", "transformer-engine-rocm", "transformer-engine-torch"):
+            if name in data["wheels"]["packages"]:
+                problem(("wheels", "packages", name), "set by transformer_engine.version: "
+                        "leave TransformerEngine's packages out of wheels.packages")
     # Megatron's stage needs only a compiler, make and the Python headers, which the plan
     # adds itself (imagebuild.render.layout.MEGATRON_BUILD_PACKAGES).
     builds = [section for section, what in (("hipblaslt", hip), ("network_plugin", plugin))
@@ -447,6 +458,8 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
                                 url=libfabric.get("url", "").replace(
                                     "{version}", libfabric.get("version", ""))),
         ),
+        transformer_engine=TransformerEngine(enabled=engine["enabled"],
+                                             version=str(engine.get("version", ""))),
         megatron=Megatron(enabled=megatron["enabled"], source=source(megatron),
                           requirements=tuple(megatron["pypi"])),
         env=tuple(data["env"].items()),

@@ -85,6 +85,22 @@ class Megatron:
     requirements: tuple[str, ...] = ()
 
 
+#: repo.radeon.com's TransformerEngine for ROCm (ROCm/TransformerEngine README, "from ROCm
+#: 7.0 ... manylinux wheels"): the Python package and the common library as wheels, the
+#: PyTorch extension as a source archive compiled against the installed torch.
+TE_WHEELS = ("transformer-engine", "transformer-engine-rocm")
+TE_TORCH_SDIST = "transformer-engine-torch"
+
+
+@dataclass(frozen=True)
+class TransformerEngine:
+    enabled: bool
+    version: str = ""
+
+    def wheel_pins(self) -> tuple[tuple[str, str], ...]:
+        return tuple((name, self.version) for name in TE_WHEELS) if self.enabled else ()
+
+
 @dataclass(frozen=True)
 class Recipe:
     """One image, fully merged (``extends`` resolved) and validated."""
@@ -120,6 +136,7 @@ class Recipe:
     #: The family index of gpu_targets (e.g. gfx94X-dcgpu) when ROCm comes from wheels.
     gpu_family: str | None = None
     megatron: Megatron = Megatron(False, GitSource("", ""))
+    transformer_engine: TransformerEngine = TransformerEngine(False)
 
     @property
     def rocm_wheels(self) -> bool:
@@ -137,6 +154,8 @@ class Recipe:
         data["wheels"]["pinned"] = dict(self.wheels.pinned)
         data["env"] = dict(self.env)
         data["labels"] = dict(self.labels)
+        if not self.transformer_engine.enabled:
+            data.pop("transformer_engine")
         if not self.megatron.enabled:
             # Absent rather than disabled: recipes without it keep their input hashes.
             data.pop("megatron")
@@ -164,6 +183,8 @@ class Recipe:
             ),
             # Only when set: locks of recipes without these stay valid.
             **({"megatron": data["megatron"]["source"]} if self.megatron.enabled else {}),
+            **({"transformer_engine": data["transformer_engine"]["version"]}
+               if self.transformer_engine.enabled else {}),
             **({"rocm_from": "wheels", "gpu_family": self.gpu_family}
                if self.rocm_wheels else {}),
         }

@@ -175,6 +175,15 @@ RECIPE = Obj(
                 "pypi": Seq(Str("a PEP 508 requirement Megatron-LM imports, like einops",
                                 check=_requirement)),
             }),
+        "transformer_engine": Obj(
+            description="TransformerEngine for ROCm from the wheel index: the transformer_engine "
+                        "and transformer_engine_rocm wheels, and the transformer_engine_torch "
+                        "source archive, built in the image against its torch for gpu_targets",
+            fields={
+                "enabled": Bool(),
+                "version": Str("a TransformerEngine release on the index, like 2.2.0",
+                               grammar.VERSION_TEXT, check=_exact_version),
+            }),
         "env": Table(key=Str("an environment variable name, not one the image sets itself "
                              f"({', '.join(grammar.RESERVED_ENV)})", grammar.ENV_KEY),
                      value=Str("a single line of text without ${ (enroot and the Container "

@@ -84,6 +84,9 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
                 (TEMPLATES / plan.hipblaslt.cblas_config).read_text()
     if plan.megatron is not None:
         files[plan.megatron.check] = (TEMPLATES / plan.megatron.check).read_text()
+    if plan.transformer_engine is not None:
+        files[plan.transformer_engine.check] = \
+            (TEMPLATES / plan.transformer_engine.check).read_text()
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,8 +204,17 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
         "hipblaslt": {"enabled": hip.enabled},
         "network_plugin": {"enabled": plugin.enabled},
         "megatron": {"enabled": recipe.megatron.enabled},
+        "transformer_engine": {"enabled": recipe.transformer_engine.enabled},
         "rocm_from": recipe.rocm_from,
     }
+    engine = plan.transformer_engine
+    if engine is not None:
+        # "torch_extension" (the built files and what they link) is added by the final
+        # stage's check.
+        data["transformer_engine"].update({
+            "version": engine.version, "gpu_targets": engine.targets.split(";") if engine.targets
+            else [], "torch_extension_source": {"url": engine.sdist_url,
+                                                "sha256": engine.sdist_sha256}})
     if plan.megatron is not None and lock.megatron:
         # "dir", "version" and "dataset_helpers" are added by the final stage's check.
         data["megatron"].update({

@@ -10,6 +10,8 @@ never from a second renderer. Stages, in order:
     python     base + uv (pinned wheel, sha256) + /opt/venv from the lock, hashes required
     megatron   toolchain + Megatron-LM at the locked commit, dataset helpers compiled against
                the venv (mounted from python)
+    transformer-engine  toolchain + TransformerEngine's PyTorch extension built from its
+               locked source archive against the venv, for the recipe's GPU targets
     final      base + runtime OS packages + COPY --from the stages above + manifest, checks,
                ENV, LABEL (the volatile, cheap steps last)
 
@@ -60,7 +62,8 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
     The same facts tests/render/test_cache.py proves over the rendered stage graph.
     """
     plan = [("base", "FROM the pinned base image, nothing added", "base image digest")]
-    if recipe.hipblaslt.enabled or recipe.network_plugin.enabled or recipe.megatron.enabled:
+    if (recipe.hipblaslt.enabled or recipe.network_plugin.enabled or recipe.megatron.enabled
+            or recipe.transformer_engine.enabled):
         plan.append(("toolchain", "base + compilers, ROCm development packages",
                      "base image"))
     if recipe.hipblaslt.enabled:
@@ -71,6 +74,9 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
                      "libfabric archive, plugin repository/commit"))
     plan.append(("python", "base + uv + /opt/venv from the lock",
                  "wheel pins (the lock's wheels), Python version"))
+    if recipe.transformer_engine.enabled:
+        plan.append(("transformer-engine", "toolchain + TransformerEngine's torch extension",
+                     "its locked source archive, the venv, GPU targets"))
     if recipe.megatron.enabled:
         plan.append(("megatron", "toolchain + Megatron-LM, dataset helpers compiled",
                      "Megatron repository/commit, the venv"))
@@ -156,6 +162,7 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "hipblaslt": plan.hipblaslt,
         "plugin": plan.plugin,
         "megatron": plan.megatron,
+        "transformer_engine": plan.transformer_engine,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
         "rocm_wheels": {"family": recipe.gpu_family,

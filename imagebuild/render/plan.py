@@ -12,7 +12,7 @@ from imagebuild.errors import RenderError
 from imagebuild.lock.check import display
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.model import Lock
-from imagebuild.recipe.model import Recipe
+from imagebuild.recipe.model import TE_TORCH_SDIST, Recipe
 from imagebuild.render.layout import (
     HIPBLASLT_CLIENT_RUNTIME_PACKAGES,
     HIPBLASLT_PREFIX,
@@ -143,6 +143,32 @@ class MegatronPlan:
         return f"{self.prefix}/megatron/core/datasets"
 
 
+#: The build-time check of TransformerEngine's built PyTorch extension (staged in the
+#: build context, bind-mounted into the final stage).
+TRANSFORMER_ENGINE_CHECK = "transformer-engine-check.py"
+#: Memory one compile job of the extension may take (MAX_JOBS = memory / this, at most the
+#: CPUs): hipcc compiles of torch extensions take several GB each. A rule of thumb.
+TE_JOB_MEMORY_GIB = 4
+
+
+@dataclass(frozen=True)
+class TransformerEnginePlan:
+    version: str
+    #: The locked source archive of the PyTorch extension (None when unlocked).
+    sdist_url: str | None
+    sdist_sha256: str | None
+    #: ``;``-joined GPU targets for NVTE_ROCM_ARCH and PYTORCH_ROCM_ARCH; "" on a CPU image.
+    targets: str
+    rocm_prefix: str | None
+    wheel_dir: str = "/opt/transformer-engine-wheels"
+    job_memory_gib: int = TE_JOB_MEMORY_GIB
+    check: str = TRANSFORMER_ENGINE_CHECK
+
+    @property
+    def sdist_file(self) -> str:
+        return f"/tmp/{TE_TORCH_SDIST}-{self.version}.tar.gz"
+
+
 @dataclass(frozen=True)
 class BuildPlan:
     recipe: Recipe
@@ -163,6 +189,7 @@ class BuildPlan:
     #: Cache-mount id suffix shared by builds on the same base distribution.
     cache_scope: str
     megatron: MegatronPlan | None = None
+    transformer_engine: TransformerEnginePlan | None = None
 
     @property
     def locked(self) -> bool:
@@ -171,7 +198,7 @@ class BuildPlan:
     @property
     def builds_from_source(self) -> bool:
         return (self.hipblaslt is not None or self.plugin is not None
-                or self.megatron is not None)
+                or self.megatron is not None or self.transformer_engine is not None)
 
 
 def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
@@ -182,13 +209,18 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
     hipblaslt = _hipblaslt(recipe, lock)
     plugin = _plugin(recipe, lock)
     megatron = _megatron(recipe, lock)
+    engine = _transformer_engine(recipe, lock)
     added = list(PLUGIN_RUNTIME_PACKAGES if plugin else ())
     added += HIPBLASLT_CLIENT_RUNTIME_PACKAGES if hipblaslt and hipblaslt.clients else ()
     build = list(recipe.build_packages)
     if megatron:
         added += [*MEGATRON_RUNTIME_PACKAGES, megatron.python_dev_package]
-        build += [p for p in (*MEGATRON_BUILD_PACKAGES, megatron.python_dev_package)
-                  if p not in build]
+    if megatron or engine:
+        # A C++ compiler and the interpreter's headers: the dataset helpers and the
+        # TransformerEngine extension are compiled against the venv's Python.
+        dev = f"python{recipe.python}-dev"
+        wanted = (*MEGATRON_BUILD_PACKAGES, dev, *(("curl",) if engine else ()))
+        build += [p for p in wanted if p not in build]
     runtime = list(recipe.os_packages)
     added = [p for p in dict.fromkeys(added) if p not in runtime]
     library_path = ([f"{HIPBLASLT_PREFIX}/lib"] if hipblaslt else []) + \
@@ -200,6 +232,7 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
             linked.append(f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench")
     return BuildPlan(
         recipe=recipe, lock=lock, hipblaslt=hipblaslt, plugin=plugin, megatron=megatron,
+        transformer_engine=engine,
         build_packages=tuple(build), runtime_packages=tuple(runtime + added), added_packages=tuple(added),
         library_path=tuple(library_path), linked_files=tuple(linked),
         labels=_labels(recipe, lock), cache_scope=_cache_scope(recipe))
@@ -272,6 +305,17 @@ def _megatron(recipe: Recipe, lock: Lock | None) -> MegatronPlan | None:
         revision=source.commit if source else megatron.source.ref, ref=megatron.source.ref,
         prefix=MEGATRON_PREFIX, python_config=f"/usr/bin/python{recipe.python}-config",
         python_dev_package=f"python{recipe.python}-dev")
+
+
+def _transformer_engine(recipe: Recipe, lock: Lock | None) -> TransformerEnginePlan | None:
+    engine = recipe.transformer_engine
+    if not engine.enabled:
+        return None
+    sdist = lock.sdist(TE_TORCH_SDIST) if lock else None
+    return TransformerEnginePlan(
+        version=engine.version, sdist_url=sdist.url if sdist else None,
+        sdist_sha256=sdist.sha256 if sdist else None, targets=";".join(recipe.gpu_targets),
+        rocm_prefix=None if recipe.cpu_only else recipe.rocm_prefix)
 
 
 def _labels(recipe: Recipe, lock: Lock | None) -> tuple[tuple[str, str], ...]:

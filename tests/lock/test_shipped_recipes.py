@@ -22,6 +22,7 @@ from imagebuild.lock.lockfile import lock_path
 from imagebuild.lock.resolve import LockOptions, lock_recipe, lock_status
 from imagebuild.recipe.load import load_recipe, recipe_names
 from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
+from testbed.transformer_engine import TE_REQUIRES, make_transformer_engine
 from tests.lock.conftest import git_repo
 from tests.support.indexserver import IndexServer, make_wheel, sha256_of, wheel_filename
 
@@ -86,8 +87,12 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     other_build = pins["torch"].rsplit(".git", 1)[0] + ".git0badc0de"
     make_wheel(served.directory / release, "torch", other_build)
     make_rocm_wheels(served.directory / release, pins, python_tag="cp310")
+    engine = recipe.transformer_engine
+    engine_files = (make_transformer_engine(served.directory / release, engine.version)
+                    if engine.enabled else {})
     make_pypi_index(served.directory / "simple",
-                    [*pypi_requirements(pins), *recipe.wheels.extra])
+                    [*pypi_requirements(pins), *recipe.wheels.extra,
+                     *(TE_REQUIRES + ("setuptools", "wheel") if engine.enabled else ())])
 
     mirror = tmp_path / "github"
     hipblaslt = recipe.hipblaslt.source
@@ -115,6 +120,13 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     assert lock.hipblaslt is not None and lock.hipblaslt.commit == hipblaslt_commit
     assert lock.network_plugin is not None and lock.network_plugin.commit == plugin_commit
     assert lock.megatron is not None and lock.megatron.commit == megatron_commit
+    if engine.enabled:
+        for name in ("transformer-engine", "transformer-engine-rocm"):
+            wheel = lock.wheel(name)
+            assert wheel is not None and wheel.sha256 == sha256_of(engine_files[name])
+        sdist = lock.sdist("transformer-engine-torch")
+        assert sdist is not None and sdist.version == engine.version
+        assert sdist.sha256 == sha256_of(engine_files["transformer-engine-torch"])
     assert {w.name for w in lock.wheels} >= {"einops", "sentencepiece", "tiktoken", "pybind11"}
     assert lock.libfabric is not None and lock.libfabric.sha256 == sha256_of(archive)
     assert urlsplit(lock.libfabric.url).scheme == "file"

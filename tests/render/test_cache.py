@@ -83,16 +83,20 @@ def with_pin(recipe: Recipe, name: str, version: str) -> Recipe:
 def test_stage_graph_of_rocm_7_0_2(tmp_path: Path, rocm: Recipe):
     variant = Variant(rocm, tmp_path)
     stages = variant.stages
-    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "python", "final"]
+    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "python", "megatron",
+                            "final"]
     assert stages["base"].base.startswith("rocm/dev-ubuntu-24.04:7.0.2-complete@sha256:")
     assert stages["toolchain"].uses == {"base"}
     assert stages["hipblaslt"].uses == {"toolchain"}
     assert stages["plugin"].uses == {"toolchain"}
     # The venv never waits for (or rebuilds with) the compilers.
     assert stages["python"].uses == {"base"}
-    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "python"}
+    # Megatron's helpers compile against the venv, mounted from the python stage.
+    assert stages["megatron"].uses == {"toolchain", "python"}
+    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "python", "megatron"}
     assert "toolchain" not in stages["final"].uses  # no compilers in the final image
-    assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin", "python"}
+    assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin", "python",
+                                           "megatron"}
 
 
 def test_cpu_recipe_has_base_python_final_only(tmp_path: Path):
@@ -141,7 +145,11 @@ def test_label_change_rebuilds_no_heavy_stage(tmp_path: Path, rocm: Recipe):
 def test_wheel_pin_change_rebuilds_neither_hipblaslt_nor_plugin(tmp_path: Path, rocm: Recipe):
     before, after = variants(tmp_path, rocm,
                              with_pin(rocm, "torch", "2.8.0+rocm7.0.2.lw.git12345678"))
-    assert rebuilt(before.keys, after.keys) == {"python", "final"}
+    # Megatron's dataset helpers are compiled against the venv, so they follow it; the
+    # checkout is reused.
+    assert rebuilt(before.keys, after.keys) == {"python", "megatron", "final"}
+    assert first_changed(before.keys["megatron"], after.keys["megatron"]) == \
+        after.index("megatron", "RUN --mount=type=bind,from=python")
     # uv itself is not fetched again: only the venv step re-runs.
     assert first_changed(before.keys["python"], after.keys["python"]) == \
         after.index("python", "RUN --mount=type=cache,id=imagebuild-uv")
@@ -196,14 +204,15 @@ def test_cpu_recipe_env_change_keeps_the_venv(tmp_path: Path):
 
 def test_a_new_epoch_redates_every_stage_but_recompiles_nothing(tmp_path: Path, rocm: Recipe):
     """A lock of the same pins written at another time has another SOURCE_DATE_EPOCH. The
-    python and final stages are keyed on it (what they write is dated by it); of the plugin
-    and hipBLASLt stages only the last step is, which dates their install trees: their
-    compiles come from the cache. The base and the toolchain do not see it."""
+    python and final stages are keyed on it (what they write is dated by it); of the plugin,
+    hipBLASLt and Megatron stages only the last step is, which dates their install trees:
+    their compiles come from the cache (Megatron's reads the re-dated venv through a
+    read-only mount, keyed on its content). The base and the toolchain do not see it."""
     variant = Variant(rocm, tmp_path)
     before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
     after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
-    assert rebuilt(before, after) == {"hipblaslt", "plugin", "python", "final"}
-    for stage in ("hipblaslt", "plugin"):
+    assert rebuilt(before, after) == {"hipblaslt", "plugin", "python", "megatron", "final"}
+    for stage in ("hipblaslt", "plugin", "megatron"):
         steps = variant.stages[stage].instructions
         assert first_changed(before[stage], after[stage]) == len(steps), stage
         assert steps[-2] == "ARG SOURCE_DATE_EPOCH" and steps[-1].startswith("RUN find "), stage
@@ -245,7 +254,7 @@ def test_cache_model_sees_context_content(tmp_path: Path, rocm: Recipe):
     pylock = variant.context / "pylock.toml"
     pylock.write_text(pylock.read_text() + "\n# edited\n")
     assert rebuilt(variant.keys, cache_keys(variant.text, variant.context)) == \
-        {"python", "final"}
+        {"python", "megatron", "final"}
 
 
 def test_heavy_stages_come_before_volatile_final_steps(tmp_path: Path, rocm: Recipe):

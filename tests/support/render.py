@@ -4,7 +4,8 @@
 ``[tool.imagebuild]`` table, the provenance header) from made-up but well-formed pins,
 so tests can render locked Dockerfiles for recipes that cannot be locked here.
 ``parse_dockerfile`` splits rendered text into stages with their instructions and the
-stages they depend on (FROM and COPY/RUN --mount from=), for the cache-behaviour tests.
+stages they depend on (FROM, COPY --from= and RUN --mount=...,from=), for the cache-behaviour
+tests.
 """
 
 from __future__ import annotations
@@ -133,9 +134,16 @@ def parse_dockerfile(text: str) -> dict[str, Stage]:
             continue
         assert stage is not None, f"instruction before FROM: {instruction}"
         stage.instructions.append(instruction)
-        for source in re.findall(r"--from=([A-Za-z0-9_.-]+)", instruction):
-            stage.uses.add(source)
+        stage.uses.update(stages_read(instruction))
     return stages
+
+
+#: COPY --from=STAGE, and RUN --mount=type=bind,from=STAGE (a read-only mount of a stage).
+_READS = re.compile(r"(?:--|,)from=([A-Za-z0-9_.-]+)")
+
+
+def stages_read(instruction: str) -> list[str]:
+    return _READS.findall(instruction)
 
 
 def depends_on(stages: dict[str, Stage], name: str) -> set[str]:
@@ -225,9 +233,11 @@ def cache_keys(text: str, context: Path | None = None,
                 declared[arg] = args.get(arg, default)
             elif words[0].upper() == "RUN":
                 parts += [f"{arg}={value}" for arg, value in sorted(declared.items())]
-            copied = content if content is not None and words[0].upper() == "COPY" else keys
-            parts += [copied[used][-1] for used in re.findall(r"--from=([A-Za-z0-9_.-]+)",
-                                                            instruction) if used in keys]
+            # A COPY --from and a read-only bind mount of a stage are keyed on the content
+            # they read (BuildKit checksums it, mtimes left out), as COPY --from is.
+            copied = content if content is not None and (
+                words[0].upper() == "COPY" or "--mount=" in instruction) else keys
+            parts += [copied[used][-1] for used in stages_read(instruction) if used in keys]
             for source in context_sources(instruction):
                 parts.append(_content_digest(context / source) if context else source)
             chain.append(_digest(*parts))

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 
 def fail(message: str) -> None:
@@ -30,17 +31,17 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
-def check(prefix: Path) -> dict[str, object]:
+def check(prefix: Path) -> dict[str, Any]:
     datasets = prefix / "megatron" / "core" / "datasets"
     if not (prefix / "pretrain_gpt.py").is_file():
         fail(f"{prefix}/pretrain_gpt.py is missing: not a Megatron-LM checkout")
     if not (datasets / "Makefile").is_file():
         fail(f"{datasets}/Makefile is missing: this Megatron-LM has no dataset helpers to build")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    question = subprocess.run(["make", "-q", "-C", str(datasets)], env=env,
+    question = subprocess.run(["make", "-q", "-C", str(datasets)], check=False, env=env,
                               capture_output=True, text=True)
     if question.returncode != 0:
-        dry = subprocess.run(["make", "-n", "-C", str(datasets)], env=env,
+        dry = subprocess.run(["make", "-n", "-C", str(datasets)], check=False, env=env,
                              capture_output=True, text=True)
         fail(f"make -q -C {datasets} exited {question.returncode}: Megatron would recompile its "
              "dataset helpers when a job starts, which fails on a read-only image. make would "
@@ -58,7 +59,7 @@ def check(prefix: Path) -> dict[str, object]:
         core = importlib.import_module("megatron.core")
     except Exception as exc:  # noqa: BLE001
         fail(f"megatron.core does not import from {sys.executable}: {exc!r}")
-    location = Path(core.__file__).resolve().parents[2]
+    location = Path(str(core.__file__)).resolve().parents[2]
     if location != prefix.resolve():
         fail(f"megatron imports from {location}, not from {prefix}")
     return {"dir": str(prefix), "version": getattr(core, "__version__", None),
