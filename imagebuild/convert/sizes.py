@@ -50,8 +50,9 @@ class PartLayout:
         if plan.plugin is not None:
             prefixes += [(plan.plugin.prefix, PLUGIN), (plan.plugin.libfabric_prefix, PLUGIN)]
         prefixes.append((VENV, VENV_PART))
+        # A recipe may pin a package's version (librccl1=7.2.4-1~exp3); dpkg names it alone.
         return cls(tuple((p.strip("/") + "/", part) for p, part in prefixes),
-                   frozenset(plan.runtime_packages))
+                   frozenset(p.split("=", 1)[0] for p in plan.runtime_packages))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ its schema validity, and the size table and leftovers from a crafted image strea
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -190,6 +191,18 @@ def test_size_table_sums_the_image_by_part(rocm):
         sbom = json.loads(tar.extractfile(IMAGE_SBOM).read())
     assert component_counts(json.dumps(sbom))["deb"] == 2
     assert "total" in table.lines()[-1]
+
+
+def test_a_package_pinned_to_a_version_counts_as_added(rocm):
+    """os_packages may pin a version (name=version, as apt takes it); dpkg lists the package
+    by its name, so its files are the OS packages' part, not the base image's."""
+    _recipe, _lock, plan = rocm
+    pinned = dataclasses.replace(plan, runtime_packages=("librccl1=7.2.4-1~exp3", "libhwloc15"))
+    layout = PartLayout.of(pinned)
+    assert layout.packages == {"librccl1", "libhwloc15"}
+    library = "usr/lib/x86_64-linux-gnu/librccl.so.1.0"
+    parts = classify({library: 370, "usr/bin/bash": 10}, {"librccl1:amd64": [library]}, layout)
+    assert parts == {library: OS_PACKAGES, "usr/bin/bash": BASE}
 
 
 def test_an_image_file_at_the_sbom_path_is_replaced(rocm):

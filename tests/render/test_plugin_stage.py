@@ -1,12 +1,14 @@
 """The network-plugin stage of the shipped ROCm recipes, built for real and loaded.
 
-Each shipped plugin kind (aws-ofi-nccl of rocm-7.0.2 and its siblings, aws-ofi-rccl of
-rocm-6.4.4) is built by ``imagebuild lock`` + ``imagebuild build`` from a recipe that keeps
-the shipped recipe's plugin (kind, repository, ref, libfabric release) and sites, on a
-debootstrapped Debian trixie in the loopback registry, whose packaged HIP 5.7.1, RCCL 5.4.3
-and hwloc stand in for ROCm (testbed/plugin_recipe.py): the same renderer and the same
-plugin template. Sources come from ../shared/fixtures/sources through ``--git-mirror``, as at
-an air-gapped site (testbed/source_mirror.py). Proven inside the built images:
+Each shipped plugin kind (aws-ofi-nccl v1.18.0 of rocm-7.2.4 and its siblings, aws-ofi-rccl
+cxi of rocm-6.4.4) is built by ``imagebuild lock`` + ``imagebuild build`` from a recipe that
+keeps the shipped recipe's plugin (kind, repository, ref, libfabric release) and sites, on a
+debootstrapped Debian in the loopback registry whose packaged ROCm stands in for AMD's
+(testbed/plugin_recipe.py): sid with experimental's ROCm 7.2.4 (RCCL 7.2.4 = RCCL 2.27.7,
+HIP 7.2.4), and for one case trixie's HIP 5.7.1 and RCCL 5.4.3. The same renderer and the
+same plugin template. Sources come from ../shared/fixtures/sources through
+``--git-mirror``, as at an air-gapped site (testbed/source_mirror.py). Proven inside the
+built images:
 
 - the plugin is where the image points RCCL (NCCL_NET_PLUGIN, which the EDF inherits) and
   dlopen(RTLD_NOW) succeeds with the image's libfabric; with a site's libfabric bound and put
@@ -19,11 +21,24 @@ an air-gapped site (testbed/source_mirror.py). Proven inside the built images:
   a recipe that would build it for a 1.22 site is refused;
 - no RPATH/RUNPATH: nothing in the plugin shadows a site-bound libfabric.
 - the plugin exports an interface version (ncclNetPlugin_v<N>) that the image's RCCL looks
-  up: both sets, read by the build from the two libraries, and the chosen one are recorded.
+  up; both sets, read by the build from the two libraries, and the chosen one are recorded.
+  Measured: RCCL 7.2.4 looks up v10..v6, RCCL 5.4.3 v6, v5, v4; aws-ofi-nccl v1.18.0 exports
+  v11..v2 (v10 chosen on 7.2.4), aws-ofi-rccl cxi only v5. So aws-ofi-rccl does not work
+  with RCCL 7.2.4: its build stops at the check, naming both sets (RCCL would otherwise
+  fall back to its own transport without a word). It builds and loads against RCCL 5.4.3
+  (v5 chosen), the one case kept on trixie: the only RCCL here that takes a v5 plugin.
+
+Cost, measured on a 2-core machine with an empty BuildKit cache and the debootstrapped
+bases present (debootstrap of sid: 33 s, once): the file takes 264 s (trixie's three builds
+before: 199 s). The toolchain stage takes 35 s on sid (apt fetches about 0.5 GB: librccl1
+alone is 369 MB) and 18 s on trixie; the two libfabric builds about 30-55 s each; the
+trixie case about 90 s of it all. The 7.2.4 images are 878 MB (449 MiB of them the ROCm
+packages the final stage installs), the 5.4.3 one 746 MB.
 
 Not exercised here (only on a cluster): AMD's base images and their /opt/rocm (the
-/opt/rocm prefix, rocm-dev and rccl-dev, ROCm 6.4/7.x headers), the CXI provider and
-Slingshot itself, RCCL actually choosing the plugin at run time, and the hipBLASLt stage.
+/opt/rocm prefix, rocm-dev and rccl-dev; RCCL 6.4.4's lookup, so whether the rocm-6.4.4
+recipe's aws-ofi-rccl passes its own build), the CXI provider and Slingshot itself, RCCL
+actually choosing the plugin at run time, and the hipBLASLt stage.
 """
 
 from __future__ import annotations
@@ -40,7 +55,13 @@ import pytest
 from imagebuild.images import latest_tag
 from imagebuild.render.dockerfile import TEMPLATES
 from testbed import base_images
-from testbed.plugin_recipe import placeholder_torch, plugin_recipe
+from testbed.plugin_recipe import (
+    SID_ROCM_7_2_4,
+    TRIXIE_ROCM_5_7_1,
+    DebianRocm,
+    placeholder_torch,
+    plugin_recipe,
+)
 from testbed.source_mirror import SourceMirror
 from tests.support.indexserver import IndexServer
 
@@ -48,13 +69,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 DOCKER = "/usr/bin/docker"
 SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-#: test recipe -> (shipped recipe whose plugin it builds, libfabric override, sites override)
-RECIPES = {
-    "plugin-nccl": ("rocm-7.0.2", None, None),
-    "plugin-rccl": ("rocm-6.4.4", None, None),
+#: test recipe -> (Debian ROCm, shipped recipe whose plugin it builds, libfabric override,
+#: sites override)
+RECIPES: dict[str, tuple[DebianRocm, str, str | None, tuple[str, ...] | None]] = {
+    "plugin-nccl-724": (SID_ROCM_7_2_4, "rocm-7.2.4", None, None),
     # The plugin a recipe would get against libfabric 2.1 with no site constraint.
-    "plugin-nccl-fabric2": ("rocm-7.0.2", "2.1.0", ()),
+    "plugin-nccl-724-fabric2": (SID_ROCM_7_2_4, "rocm-7.2.4", "2.1.0", ()),
+    # aws-ofi-rccl exports only ncclNetPlugin_v5: RCCL 7.2.4 refuses it, 5.4.3 takes it.
+    "plugin-rccl-724": (SID_ROCM_7_2_4, "rocm-6.4.4", None, None),
+    "plugin-rccl-543": (TRIXIE_ROCM_5_7_1, "rocm-6.4.4", None, None),
 }
+#: The builds that must fail, at the plugin stage's interface check.
+REFUSED = ("plugin-rccl-724",)
+#: test recipe -> (what its RCCL looks up, what its plugin exports, newest first)
+INTERFACES = {
+    "plugin-nccl-724": ([10, 9, 8, 7, 6], list(range(11, 1, -1))),
+    "plugin-rccl-543": ([6, 5, 4], [5]),
+}
+LOADED = ["plugin-nccl-724", "plugin-rccl-543"]
 CHECK_SCRIPT = TEMPLATES / "network-plugin-check.py"
 
 
@@ -73,29 +105,42 @@ def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def trixie(docker_engine, local_registry: str) -> str:
-    base_images.import_base_image_docker(docker_engine, base_images.TRIXIE)
-    return base_images.push_base_image(docker_engine, base_images.TRIXIE)
+def bases(docker_engine, local_registry: str) -> dict[str, str]:
+    """The Debian bases of RECIPES, in the loopback registry: tag -> registry reference."""
+    pushed = {}
+    for debian, *_ in RECIPES.values():
+        if debian.base.tag not in pushed:
+            base_images.import_base_image_docker(docker_engine, debian.base)
+            pushed[debian.base.tag] = base_images.push_base_image(docker_engine, debian.base)
+    return pushed
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, trixie: str) -> dict:
-    """Locked and built: one image per test recipe; returns their tags and the project."""
+def project(tmp_path_factory: pytest.TempPathFactory, bases: dict[str, str]) -> dict:
+    """Locked and built: one image per test recipe (the refused ones: their build's
+    output); returns their tags and the project."""
     root = tmp_path_factory.mktemp("plugin-project")
     (root / "recipes").mkdir()
     placeholder_torch(root / "index" / "whl")
     index = IndexServer(root / "index")
+    refused = {}
     with index, SourceMirror(root / "mirror") as mirror:
         mirrors = [f"--git-mirror={src}={dst}" for src, dst in mirror.mirrors.items()]
-        for name, (shipped, libfabric, sites) in RECIPES.items():
+        for name, (debian, shipped, libfabric, sites) in RECIPES.items():
             (root / "recipes" / f"{name}.yaml").write_text(plugin_recipe(
-                shipped, trixie, index.url_for("whl/"), libfabric, sites))
+                shipped, debian, bases[debian.base.tag], index.url_for("whl/"), libfabric,
+                sites))
             locked = imagebuild(root, "lock", name, *mirrors)
             assert locked.returncode == 0, locked.stderr[-3000:]
             built = imagebuild(root, "build", name)
+            if name in REFUSED:
+                print(f"\n[plugin] {name} (refused):\n{built.stderr[-1500:]}")
+                refused[name] = built
+                continue
             print(f"\n[plugin] {name}:\n{built.stdout[-1500:]}")
             assert built.returncode == 0, (built.stdout[-2000:], built.stderr[-3000:])
-    return {"root": root, "images": {name: latest_tag(name) for name in RECIPES}}
+    return {"root": root, "refused": refused,
+            "images": {name: latest_tag(name) for name in RECIPES if name not in REFUSED}}
 
 
 def manifest(image: str) -> dict:
@@ -125,7 +170,7 @@ def libfabric_dir(image: str, tmp_path: Path) -> Path:
     return tmp_path / "libfabric"
 
 
-@pytest.mark.parametrize("name", ["plugin-nccl", "plugin-rccl"])
+@pytest.mark.parametrize("name", LOADED)
 def test_plugin_loads_where_the_image_points_rccl(project: dict, name: str) -> None:
     image = project["images"][name]
     plugin = manifest(image)["network_plugin"]
@@ -140,7 +185,7 @@ def test_plugin_loads_where_the_image_points_rccl(project: dict, name: str) -> N
     assert loaded.stdout.strip().startswith(plugin["libfabric"]["prefix"] + "/lib/libfabric.so")
 
 
-@pytest.mark.parametrize("name", ["plugin-nccl", "plugin-rccl"])
+@pytest.mark.parametrize("name", LOADED)
 def test_recorded_symbol_versions_are_in_the_oldest_supported_libfabric(
         project: dict, name: str) -> None:
     plugin = manifest(project["images"][name])["network_plugin"]
@@ -153,23 +198,22 @@ def test_recorded_symbol_versions_are_in_the_oldest_supported_libfabric(
     # Nothing in the plugin can shadow the libfabric a site binds.
     assert elf["rpath"] == [] and elf["runpath"] == []
     assert elf["dlopen_in_image"]["libfabric"]
-    # The plugin exports an interface version that the image's own RCCL (Debian's 5.4.3 here)
-    # looks up, read from both libraries by the build; the chosen one is the newest shared.
+    # The plugin exports an interface version that the image's own RCCL looks up, read
+    # from both libraries by the build; the chosen one is the newest shared.
     net = elf["net_interface"]
     assert net["rccl"].startswith("/usr/lib/") and "librccl.so" in net["rccl"]
-    assert net["rccl_looks_up"] and net["plugin_exports"]
-    shared = set(net["rccl_looks_up"]) & set(net["plugin_exports"])
-    assert net["chosen"] == max(shared)
+    assert (net["rccl_looks_up"], net["plugin_exports"]) == INTERFACES[name]
+    assert net["chosen"] == max(set(net["rccl_looks_up"]) & set(net["plugin_exports"]))
     print(f"\n[plugin] {name}: RCCL looks up {net['rccl_looks_up']}, plugin exports "
           f"{net['plugin_exports']}, chosen v{net['chosen']}")
 
 
-@pytest.mark.parametrize("name", ["plugin-nccl", "plugin-rccl"])
+@pytest.mark.parametrize("name", LOADED)
 def test_a_site_bound_libfabric_wins(project: dict, name: str, tmp_path: Path) -> None:
     """As on LUMI: the host's 1.22 libfabric bound in and put first on the loader path."""
     image = project["images"][name]
     library = manifest(image)["network_plugin"]["library"]
-    bound = libfabric_dir(project["images"]["plugin-rccl"], tmp_path)
+    bound = libfabric_dir(project["images"]["plugin-nccl-724"], tmp_path)
     site_dir = "/opt/cray/libfabric/1.22.0/lib64"
     loaded = dlopen(image, library, "-v", f"{bound}:{site_dir}:ro",
                     "-e", f"LD_LIBRARY_PATH={site_dir}:{image_env(image)['LD_LIBRARY_PATH']}")
@@ -179,10 +223,10 @@ def test_a_site_bound_libfabric_wins(project: dict, name: str, tmp_path: Path) -
 
 def test_a_plugin_built_against_libfabric_2_does_not_load_on_1_22(
         project: dict, tmp_path: Path) -> None:
-    image = project["images"]["plugin-nccl-fabric2"]
+    image = project["images"]["plugin-nccl-724-fabric2"]
     elf = manifest(image)["network_plugin"]["elf"]
     assert "fi_getinfo@FABRIC_1.8" in elf["libfabric_symbols"]
-    bound = libfabric_dir(project["images"]["plugin-rccl"], tmp_path)
+    bound = libfabric_dir(project["images"]["plugin-nccl-724"], tmp_path)
     loaded = dlopen(image, elf["library"], "-v", f"{bound}:/site-libfabric:ro",
                     "-e", "LD_LIBRARY_PATH=/site-libfabric")
     assert loaded.returncode != 0
@@ -192,7 +236,7 @@ def test_a_plugin_built_against_libfabric_2_does_not_load_on_1_22(
 def test_the_build_check_names_the_missing_version(project: dict, tmp_path: Path) -> None:
     """The plugin stage's check, run on the 2.1-built plugin for a 1.22 site, fails (here,
     with this machine's readelf: the final image keeps no binutils)."""
-    image = project["images"]["plugin-nccl-fabric2"]
+    image = project["images"]["plugin-nccl-724-fabric2"]
     library = manifest(image)["network_plugin"]["library"]
     container = docker("create", image).stdout.strip()
     try:
@@ -215,7 +259,7 @@ def test_the_build_check_names_the_missing_version(project: dict, tmp_path: Path
 
 def test_rendering_for_a_1_22_site_refuses_libfabric_2(project: dict) -> None:
     root = project["root"]
-    text = (root / "recipes" / "plugin-nccl-fabric2.yaml").read_text()
+    text = (root / "recipes" / "plugin-nccl-724-fabric2.yaml").read_text()
     (root / "recipes" / "plugin-for-lumi.yaml").write_text(
         text.replace("sites: []", "sites:\n- lumi"))
     rendered = imagebuild(root, "render", "plugin-for-lumi")
@@ -223,3 +267,15 @@ def test_rendering_for_a_1_22_site_refuses_libfabric_2(project: dict) -> None:
     assert "network_plugin.libfabric.version" in rendered.stderr
     assert "needs FABRIC_1.8" in rendered.stderr and "site lumi" in rendered.stderr
     assert not (root / "dockerfiles" / "plugin-for-lumi").exists()
+
+
+def test_rccl_7_2_4_refuses_aws_ofi_rccl_at_build_time(project: dict) -> None:
+    """aws-ofi-rccl (cxi) exports only ncclNetPlugin_v5; RCCL 7.2.4 looks up v10..v6. The
+    plugin stage's check stops the build, naming both, instead of an image whose RCCL would
+    silently use its own transport."""
+    built = project["refused"]["plugin-rccl-724"]
+    assert built.returncode != 0
+    output = built.stdout + built.stderr
+    assert ("looks up ncclNetPlugin_v10..v6; the plugin librccl-net.so exports only v5"
+            in output), output[-3000:]
+    assert "librccl.so" in output
