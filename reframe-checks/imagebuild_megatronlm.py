@@ -13,7 +13,7 @@
 #
 #   export CSCS_REFRAME_TESTS=/path/to/cscs-reframe-tests
 #   reframe -C $CSCS_REFRAME_TESTS/config/cscs.py -c reframe-checks/imagebuild_megatronlm.py \
-#       -n PyTorchMegatronLM_AMD_imagebuild -S imagebuild_edf=$PWD/artifacts/rocm-7.0.2.toml -r
+#       -n PyTorchMegatronLM_AMD_imagebuild -S imagebuild_edf=$PWD/artifacts/rocm-7.1.1.toml -r
 #
 # Every other variable of the check (-S default_num_nodes=..., enable_fp8=true, ...) works
 # as it does for rocm/megatron-lm. The check runs Megatron with TransformerEngine (its
