@@ -121,9 +121,9 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     assert lock.network_plugin is not None and lock.network_plugin.commit == plugin_commit
     assert lock.megatron is not None and lock.megatron.commit == megatron_commit
     if engine.enabled:
-        for name in ("transformer-engine", "transformer-engine-rocm"):
-            wheel = lock.wheel(name)
-            assert wheel is not None and wheel.sha256 == sha256_of(engine_files[name])
+        for project in ("transformer-engine", "transformer-engine-rocm"):
+            wheel = lock.wheel(project)
+            assert wheel is not None and wheel.sha256 == sha256_of(engine_files[project])
         sdist = lock.sdist("transformer-engine-torch")
         assert sdist is not None and sdist.version == engine.version
         assert sdist.sha256 == sha256_of(engine_files["transformer-engine-torch"])

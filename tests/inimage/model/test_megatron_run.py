@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
+from itertools import pairwise
 
 import pytest
 
@@ -67,13 +67,14 @@ def test_megatrons_own_log_line_is_read_back(megatron_source: dict[str, str]) ->
     for iteration, (ms, tflops, loss) in enumerate(
             [(2100.0, 150.2, 11.9), (1000.0, 310.4, 11.5), (1002.0, 309.8, 11.1),
              (998.0, 311.0, 10.8)], start=1):
-        line = " [2026-11-26 01:00:00]" + " iteration {:8d}/{:8d} |".format(iteration, 4)
-        line += " consumed samples: {:12d} |".format(iteration * 8)
+        # Megatron's own format specs: ' iteration {:8d}/{:8d} |', ' consumed samples: {:12d} |'
+        line = f" [2026-11-26 01:00:00] iteration {iteration:8d}/{4:8d} |"
+        line += f" consumed samples: {iteration * 8:12d} |"
         line += f" {ELAPSED}: " + _field_format(training, ELAPSED).format(ms) + " |"
         line += f" {THROUGHPUT}: " + _field_format(training, THROUGHPUT).replace(
             "throughput", "").format(tflops) + " |"
         line += " learning rate: 1.000000E-04 |"
-        line += " {}: {} |".format(LOSS, loss_format.group(1).format(loss))
+        line += f" {LOSS}: {loss_format.group(1).format(loss)} |"
         lines.append(line)
     exit_line = re.search(r"exiting program at iteration \{(iteration)?\}", training)
     assert exit_line, "Megatron no longer prints 'exiting program at iteration N'"
@@ -105,7 +106,7 @@ def test_the_arguments_follow_the_reframe_check_where_they_apply() -> None:
                  "--overlap-grad-reduce", "--overlap-param-gather", "--mock-data",
                  "--log-throughput", "--swiglu", "--group-query-attention"):
         assert flag in args
-    value = dict(zip(args, args[1:]))
+    value = dict(pairwise(args))
     assert value["--transformer-impl"] == "transformer_engine"
     assert value["--exit-interval"] == value["--train-iters"] == "13"
     assert value["--global-batch-size"] == "8" and value["--micro-batch-size"] == "1"
@@ -117,7 +118,7 @@ def test_the_arguments_follow_the_reframe_check_where_they_apply() -> None:
 
 def test_tensor_parallelism_brings_sequence_parallelism_and_fewer_data_ranks() -> None:
     args = pretrain_arguments(_run(tensor_parallel=4))
-    value = dict(zip(args, args[1:]))
+    value = dict(pairwise(args))
     assert "--sequence-parallel" in args
     assert value["--global-batch-size"] == "2"
     with pytest.raises(ValueError, match="does not divide"):
@@ -141,7 +142,7 @@ def test_a_mounted_tokenizer_replaces_the_null_tokenizer() -> None:
 def test_the_cpu_list_swaps_only_what_a_cpu_cannot_run() -> None:
     gpu = pretrain_arguments(_run())
     cpu = cpu_arguments(gpu)
-    value = dict(zip(cpu, cpu[1:]))
+    value = dict(pairwise(cpu))
     assert value["--transformer-impl"] == "local" and value["--distributed-backend"] == "gloo"
     assert "--bf16" not in cpu and "--use-cpu-initialization" in cpu
     assert value["--hidden-size"] == "4096" and value["--num-layers"] == "32"
