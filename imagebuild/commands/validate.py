@@ -40,6 +40,7 @@ _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", 
                "gpus_per_node", "time", "partition", "account", "environment", "report",
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
+               "distribution", "exclusive",
                "bind_host_rocm", "tuning"}
 
 
@@ -90,6 +91,13 @@ def register(subparsers: Any) -> None:
                        help="srun --cpu-bind: cores (default), or mask_cpu:M0,M1,... with one "
                             "mask per local rank, as for LUMI-G: "
                             "https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/")
+    batch.add_argument("--distribution", default=None, metavar="NODES:SOCKETS",
+                       help="srun --distribution (default: the site's slurm.distribution, else "
+                            "block:block when binding by cores, so consecutive ranks share a "
+                            "socket as their GPUs usually do)")
+    batch.add_argument("--exclusive", action=argparse.BooleanOptionalAction, default=None,
+                       help="#SBATCH --exclusive: whole nodes, where CPU binding is valid on "
+                            "shared partitions (default: the site's slurm.exclusive, else no)")
     batch.add_argument("--gpu-select", choices=GPU_SELECTIONS, default=None,
                        help="local-id (default): each rank sees GPU SLURM_LOCALID through "
                             "ROCR/CUDA_VISIBLE_DEVICES; closest: --gpus-per-task=1 "
@@ -149,6 +157,8 @@ def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) 
                       ntasks_per_node=args.ntasks_per_node,
                       cpus_per_task=defaults.cpus_per_task.value,
                       cpu_bind=defaults.cpu_bind.value, gpu_select=defaults.gpu_select.value,
+                      distribution=defaults.distribution.value,
+                      exclusive=bool(defaults.exclusive.value),
                       socket_ifname=defaults.socket_ifname.value,
                       site_env=tuple(sorted(defaults.env.items())), time=args.time,
                       partition=args.partition, account=args.account,

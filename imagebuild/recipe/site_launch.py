@@ -7,10 +7,13 @@ at a site, parsed and checked with the profile (imagebuild.recipe.site).
     network:
       socket_ifname: "hsn0,hsn1"   NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
       provider: cxi                the libfabric provider RCCL's plugin must select
+      plugin: image | site | none  who gives RCCL its network (site_runtime.NET_PLUGINS)
     slurm:                         defaults of imagebuild validate --launcher sbatch
       gpus_per_node: 8
       cpus_per_task: 7
       cpu_bind: cores | mask_cpu:M0,M1,...
+      distribution: block:block    srun --distribution (tasks to nodes, then to sockets)
+      exclusive: true              #SBATCH --exclusive (whole nodes, where binding is valid)
       gpu_select: local-id | closest
     apptainer:
       bind_host_rocm: false        apptainer --rocm (host ROCm over the image's)
@@ -26,8 +29,10 @@ from typing import Any
 
 from imagebuild.recipe.site_runtime import (
     CPU_BIND,
+    DISTRIBUTION,
     GPU_SELECTIONS,
     IFNAME,
+    NET_PLUGINS,
     PROVIDER,
     Bind,
     parse_bind,
@@ -39,8 +44,9 @@ _ENV_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 _RESERVED_ENV = ("LD_LIBRARY_PATH", "PYTHONPATH", "PATH", "VIRTUAL_ENV")
 _KEYS = {
     "container": {"binds", "env"},
-    "network": {"socket_ifname", "provider"},
-    "slurm": {"gpus_per_node", "cpus_per_task", "cpu_bind", "gpu_select"},
+    "network": {"socket_ifname", "provider", "plugin"},
+    "slurm": {"gpus_per_node", "cpus_per_task", "cpu_bind", "distribution", "exclusive",
+              "gpu_select"},
     "apptainer": {"bind_host_rocm"},
 }
 
@@ -59,6 +65,8 @@ class NetworkSettings:
     #: libfabric provider the network check expects RCCL's plugin to select (cxi on
     #: HPE Slingshot); None: no expectation.
     provider: str | None = None
+    #: Who gives RCCL its network: image (the default), site or none (NET_PLUGINS).
+    plugin: str = "image"
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ class SlurmSettings:
     cpus_per_task: int | None = None
     cpu_bind: str | None = None
     gpu_select: str | None = None
+    distribution: str | None = None
+    #: Whole nodes for the job (#SBATCH --exclusive); None: the partition's default.
+    exclusive: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +179,11 @@ def _network(raw: dict[str, Any], problem: Report) -> NetworkSettings:
     if provider is not None and (not isinstance(provider, str) or not PROVIDER.match(provider)):
         problem("network.provider", f"expected a libfabric provider name like cxi, got {provider!r}")
         provider = None
-    return NetworkSettings(ifname, provider)
+    plugin = raw.get("plugin", "image")
+    if plugin not in NET_PLUGINS:
+        problem("network.plugin", f"expected one of {', '.join(NET_PLUGINS)}, got {plugin!r}")
+        plugin = "image"
+    return NetworkSettings(ifname, provider, plugin)
 
 
 def _slurm(raw: dict[str, Any], problem: Report) -> SlurmSettings:
@@ -190,7 +205,18 @@ def _slurm(raw: dict[str, Any], problem: Report) -> SlurmSettings:
         problem("slurm.gpu_select",
                 f"expected one of {', '.join(GPU_SELECTIONS)}, got {gpu_select!r}")
         gpu_select = None
-    return SlurmSettings(counts["gpus_per_node"], counts["cpus_per_task"], cpu_bind, gpu_select)
+    distribution = raw.get("distribution")
+    if distribution is not None and (not isinstance(distribution, str)
+                                     or not DISTRIBUTION.match(distribution)):
+        problem("slurm.distribution", "expected srun --distribution values like block:block "
+                f"or block:cyclic, got {distribution!r}")
+        distribution = None
+    exclusive = raw.get("exclusive")
+    if exclusive is not None and not isinstance(exclusive, bool):
+        problem("slurm.exclusive", f"expected true or false, got {exclusive!r}")
+        exclusive = None
+    return SlurmSettings(counts["gpus_per_node"], counts["cpus_per_task"], cpu_bind, gpu_select,
+                         distribution, exclusive)
 
 
 def _apptainer(raw: dict[str, Any], problem: Report) -> ApptainerSettings:

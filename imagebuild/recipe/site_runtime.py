@@ -37,6 +37,16 @@ GPU_SELECTIONS = ("local-id", "closest")
 IFNAME = re.compile(r"^[A-Za-z0-9_.:^-]+(,[A-Za-z0-9_.:^-]+)*$")
 #: A libfabric provider name as FI_PROVIDER and aws-ofi-nccl's log spell it (cxi, tcp...).
 PROVIDER = re.compile(r"^[a-z][a-z0-9_]*$")
+#: Who gives RCCL its network transport at a site (``network.plugin``):
+#: ``image``: the image's own libfabric plugin (NCCL_NET_PLUGIN, set by the image), pinned to
+#: ``network.provider`` with FI_PROVIDER; ``site``: the site runtime injects its own plugin
+#: (the Container Engine's aws_ofi_nccl hook), and the EDF unsets the image's NCCL_NET_PLUGIN;
+#: ``none``: RCCL's own InfiniBand/RoCE verbs transport (NCCL_NET=IB), the image's plugin
+#: unused.
+NET_PLUGINS = ("image", "site", "none")
+#: srun --distribution: nodes, then sockets (block, cyclic, fcyclic, * for the default).
+DISTRIBUTION = re.compile(r"^(\*|block|cyclic|arbitrary|plane=\d+)(:(\*|block|cyclic|fcyclic))?"
+                          r"(:(\*|block|cyclic|fcyclic))?$")
 #: One path of a bind: absolute, or starting with a ${VAR} the runtime expands; no spaces,
 #: colons or commas (separators in bind lists).
 _BIND_PATH = re.compile(r"^(/|\$\{[A-Za-z_][A-Za-z0-9_]*\})([A-Za-z0-9._+@/-]|\$\{[A-Za-z_][A-Za-z0-9_]*\})*$")
@@ -82,7 +92,7 @@ def site_env(site: SiteProfile | None) -> dict[str, str]:
     """The environment every runtime at the site gets (EDF-only entries excluded)."""
     if site is None:
         return {}
-    env = dict(site.container.env)
+    env = {**plugin_env(site), **dict(site.container.env)}  # the profile's own values win
     if site.network.socket_ifname:
         # Bootstrap and rendezvous sockets on the high-speed interfaces. Without
         # GLOO_SOCKET_IFNAME gloo uses the address the host name resolves to, which fails
@@ -90,6 +100,28 @@ def site_env(site: SiteProfile | None) -> dict[str, str]:
         env.setdefault("NCCL_SOCKET_IFNAME", site.network.socket_ifname)
         env.setdefault("GLOO_SOCKET_IFNAME", site.network.socket_ifname)
     return env
+
+
+def plugin_env(site: SiteProfile | None) -> dict[str, str]:
+    """What makes RCCL use the network the profile chose (``network.plugin``), for every
+    runtime. ``image``: FI_PROVIDER pins libfabric to the site's provider. The image's own
+    libfabric has only its built-in providers (tcp, udp, shm...) and aws-ofi-nccl accepts tcp
+    (its provider filter drops only the interfaces in OFI_NCCL_EXCLUDE_TCP_IF, "lo,docker0"
+    by default: include/nccl_ofi_param.h), so without the pin a job whose host libfabric
+    was not bound runs the plugin over TCP; with it, fi_getinfo finds no provider and the
+    plugin fails to start (FI_PROVIDER: "a comma separated list of providers to include",
+    the libfabric(7) man page, https://ofiwg.github.io/libfabric/v1.22.0/man/fabric.7.html).
+    ``none``: NCCL_NET=IB selects RCCL's internal IB verbs transport (InfiniBand and RoCE)
+    even where the image's plugin loads (NCCL_NET: "IB" or "Socket" for the internal
+    networks, https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-net).
+    ``site``: nothing here; the EDF enables the site's hook (imagebuild.render.edf)."""
+    if site is None:
+        return {}
+    if site.network.plugin == "image" and site.network.provider:
+        return {"FI_PROVIDER": site.network.provider}
+    if site.network.plugin == "none":
+        return {"NCCL_NET": "IB"}
+    return {}
 
 
 def loader_dir(site: SiteProfile | None) -> str | None:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from imagebuild.recipe import grammar
-from imagebuild.recipe.site_runtime import CPU_BIND, GPU_SELECTIONS, IFNAME, PROVIDER
+from imagebuild.recipe.site_runtime import (
+    CPU_BIND,
+    DISTRIBUTION,
+    GPU_SELECTIONS,
+    IFNAME,
+    NET_PLUGINS,
+    PROVIDER,
+)
 from imagebuild.recipe.spec import Bool, Int, Obj, Seq, Str, Table, to_schema
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -48,6 +55,10 @@ SITE = Obj(
                                  IFNAME.pattern, nullable=True),
             "provider": Str("a libfabric provider name like cxi", PROVIDER.pattern,
                             nullable=True),
+            "plugin": Str("who gives RCCL its network: image (the image's libfabric plugin, "
+                          "pinned to the provider), site (the site runtime's plugin hook) or "
+                          "none (RCCL's own InfiniBand/RoCE transport)", enum=NET_PLUGINS,
+                          nullable=True),
         }),
         "slurm": Obj(nullable=True, fields={
             "gpus_per_node": Int("GPUs per node", minimum=1, nullable=True),
@@ -56,6 +67,9 @@ SITE = Obj(
                             "per local rank)", CPU_BIND.pattern, nullable=True),
             "gpu_select": Str(f"one of {', '.join(GPU_SELECTIONS)}", enum=GPU_SELECTIONS,
                               nullable=True),
+            "distribution": Str("srun --distribution: tasks to nodes, then to sockets, like "
+                                "block:block", DISTRIBUTION.pattern, nullable=True),
+            "exclusive": Bool(),
         }),
         "apptainer": Obj(nullable=True, fields={
             "bind_host_rocm": Bool(),

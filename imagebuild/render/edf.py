@@ -41,21 +41,34 @@ def rocm_major(rocm_version: str) -> int:
 
 
 def hook_annotations(site: SiteProfile, rocm_version: str | None) -> tuple[dict[str, str], str]:
-    """The aws_ofi_nccl hook annotations for this ROCm version, and a one-line why."""
+    """The aws_ofi_nccl hook annotations for this ROCm version, and a one-line why.
+
+    One plugin per job: the hook is enabled only where the profile chooses the site's
+    plugin (``network.plugin: site``); otherwise RCCL loads the image's own
+    (NCCL_NET_PLUGIN is an absolute path, tried before any name the hook could provide),
+    and the hook stays off so that nothing else is injected beside it."""
     hook = site.aws_ofi_nccl_hook
+    plugin = site.network.plugin
+    if plugin != "site":
+        why = {"image": "the image's own RCCL network plugin is used (network.plugin: image)",
+               "none": "RCCL's own InfiniBand/RoCE transport is used (network.plugin: none)"}
+        return {}, f"aws_ofi_nccl hook: off; {why.get(plugin, plugin)}"
     if hook is None:
-        return {}, "aws_ofi_nccl hook: not used at this site"
+        raise SquashError(f"{site.source}: network.plugin: site needs edf.aws_ofi_nccl_hook "
+                          "(the hook's annotation prefix and variants)")
     if rocm_version is None:
         return {}, "aws_ofi_nccl hook: off (CPU-only image, no ROCm)"
     major = rocm_major(rocm_version)
     variant = hook.variant_for(major)
     if variant is None:
         known = ", ".join(f"{n} (ROCm {m})" for n, m in hook.variants) or "none"
-        return {}, (f"aws_ofi_nccl hook: off, no variant for ROCm {major} (site has: {known}); "
-                    "the image's own RCCL network plugin is used")
+        raise SquashError(f"{site.source}: network.plugin: site, but the aws_ofi_nccl hook has "
+                          f"no variant for ROCm {major} (site has: {known}); use "
+                          "network.plugin: image for this image")
     return ({f"{hook.annotation_prefix}.enabled": "true",
              f"{hook.annotation_prefix}.variant": variant},
-            f"aws_ofi_nccl hook: on, variant {variant} matches ROCm {major}")
+            (f"aws_ofi_nccl hook: on, variant {variant} matches ROCm {major}; the image's "
+             "NCCL_NET_PLUGIN is unset so RCCL loads the hook's plugin"))
 
 
 def edf_image_path(site: SiteProfile, sqsh: Path) -> str:
@@ -83,6 +96,10 @@ def edf_env(site: SiteProfile) -> dict[str, str]:
     an image that sets none makes the Container Engine stop with an error, not run with the
     current directory on the loader path."""
     env = {**site_env(site), **dict(site.env)}
+    if site.network.plugin == "site":
+        # An empty value unsets the variable in the container
+        # (https://docs.cscs.ch/software/container-engine/edf/#env).
+        env["NCCL_NET_PLUGIN"] = ""
     directory = loader_dir(site)
     if directory:
         env["LD_LIBRARY_PATH"] = f"{directory}:${{LD_LIBRARY_PATH}}"

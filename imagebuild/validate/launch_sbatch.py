@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.errors import ValidateError
-from imagebuild.recipe.site_runtime import CPU_BIND, GPU_SELECTIONS, IFNAME
+from imagebuild.recipe.site_runtime import CPU_BIND, DISTRIBUTION, GPU_SELECTIONS, IFNAME
 from imagebuild.validate.invocation import LOADER_PREFIX_SCRIPT
 from imagebuild.validate.launch_apptainer import apptainer_gpu_flags
 from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE, stage
@@ -65,6 +65,11 @@ class SbatchSpec:
     #: Cores per rank; None: GPU_CPUS_PER_TASK with GPUs, 1 without.
     cpus_per_task: int | None = None
     cpu_bind: str = "cores"
+    #: srun --distribution; None: block:block where ranks are bound by type (cores,
+    #: threads...), SLURM's default (block:cyclic) otherwise (see distribution()).
+    distribution: str | None = None
+    #: #SBATCH --exclusive: whole nodes (binding is valid only there on shared partitions).
+    exclusive: bool = False
     gpu_select: str = "local-id"
     #: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (the site's high-speed interfaces).
     socket_ifname: str | None = None
@@ -86,6 +91,20 @@ class SbatchSpec:
             return self.ntasks_per_node
         return self.gpus_per_node if gpus != "none" else CPU_TASKS_PER_NODE
 
+    def task_distribution(self, gpus: str) -> str | None:
+        """srun --distribution. With GPUs and a binding type, block:block: SLURM's default
+        deals a node's tasks round robin over its sockets (srun(1), --distribution, "Second
+        distribution method": cyclic), so on a two-socket node rank 1, which gets GPU 1 (on
+        the first socket, where GPUs 0-3 usually are), would run on the second socket;
+        block fills one socket's cores with consecutive ranks first. Masks (mask_cpu) set
+        each rank's cores themselves."""
+        if self.distribution:
+            return self.distribution
+        if gpus != "none" and not self.cpu_bind.startswith(("mask_", "map_")) \
+                and self.cpu_bind != "none":
+            return "block:block"
+        return None
+
     def cores_per_task(self, gpus: str) -> int:
         if self.cpus_per_task:
             return self.cpus_per_task
@@ -104,6 +123,9 @@ def check_spec(spec: SbatchSpec) -> None:
     if spec.gpu_select not in GPU_SELECTIONS:
         raise ValidateError(f"--gpu-select {spec.gpu_select!r}: choose from "
                             f"{', '.join(GPU_SELECTIONS)}")
+    if spec.distribution is not None and not DISTRIBUTION.match(spec.distribution):
+        raise ValidateError(f"--distribution {spec.distribution!r}: expected srun "
+                            "--distribution values like block:block or block:cyclic")
     if spec.socket_ifname is not None and not IFNAME.match(spec.socket_ifname):
         raise ValidateError(f"--socket-ifname {spec.socket_ifname!r}: expected interface names "
                             "separated by commas (e.g. hsn0,hsn1 or lo)")
@@ -147,6 +169,8 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
         lines.append(f"#SBATCH --partition={spec.partition}")
     if spec.account:
         lines.append(f"#SBATCH --account={spec.account}")
+    if spec.exclusive:
+        lines.append("#SBATCH --exclusive")
     lines += ["# Written by imagebuild validate --launcher sbatch.", "set -euo pipefail", ""]
 
     report = (shlex.quote(spec.report_path) if spec.report_path else
@@ -179,6 +203,9 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
 
     # srun does not take --cpus-per-task from sbatch in Slurm 22.05 to 23.02: repeat it.
     srun = ["srun", f"--cpus-per-task={cores}", f"--cpu-bind=verbose,{spec.cpu_bind}"]
+    distribution = spec.task_distribution(gpus)
+    if distribution:
+        srun.append(f"--distribution={distribution}")
     if gpus != "none" and spec.gpu_select == "closest":
         srun.append("--gpu-bind=closest")
     runner = [invocation.python, "-m", IMAGE_PACKAGE, *invocation.runner_args]

@@ -21,7 +21,7 @@ from imagebuild.recipe.site_runtime import Bind, loader_dir, site_binds, site_en
 
 #: Built-in defaults when neither a flag nor the site says (launch_sbatch documents why).
 DEFAULTS: dict[str, Any] = {"gpus_per_node": 8, "cpu_bind": "cores", "gpu_select": "local-id",
-                            "bind_host_rocm": False}
+                            "bind_host_rocm": False, "exclusive": False}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -39,6 +39,8 @@ class SiteDefaults:
     cpus_per_task: Resolved
     cpu_bind: Resolved
     gpu_select: Resolved
+    distribution: Resolved
+    exclusive: Resolved
     socket_ifname: Resolved
     bind_host_rocm: Resolved
     expect_net_provider: Resolved
@@ -55,8 +57,8 @@ class SiteDefaults:
 
     def described(self) -> list[str]:
         """"name value (source)" for each value the site set, for the terminal."""
-        names = ("gpus_per_node", "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname",
-                 "bind_host_rocm", "expect_net_provider")
+        names = ("gpus_per_node", "cpus_per_task", "cpu_bind", "distribution", "exclusive",
+                 "gpu_select", "socket_ifname", "bind_host_rocm", "expect_net_provider")
         return [f"{name.replace('_', '-')} {getattr(self, name).value} "
                 f"({getattr(self, name).source})" for name in names
                 if getattr(self, name).source.startswith("site")]
@@ -79,6 +81,8 @@ def resolve(flags: Mapping[str, Any], site: SiteProfile | None) -> SiteDefaults:
         cpus_per_task=pick("cpus_per_task", slurm.cpus_per_task if slurm else None),
         cpu_bind=pick("cpu_bind", slurm.cpu_bind if slurm else None),
         gpu_select=pick("gpu_select", slurm.gpu_select if slurm else None),
+        distribution=pick("distribution", slurm.distribution if slurm else None),
+        exclusive=pick("exclusive", slurm.exclusive if slurm else None),
         socket_ifname=pick("socket_ifname", site.network.socket_ifname if site else None),
         # A profile's false is its answer too: only an absent section leaves the default.
         bind_host_rocm=pick("bind_host_rocm", site.apptainer.bind_host_rocm if site else None),

@@ -22,6 +22,13 @@ BEVERIN_ENV = {
     "FI_MR_CACHE_MONITOR": "userfaultfd", "FI_CXI_RDZV_EAGER_SIZE": "0",
     "FI_CXI_RDZV_GET_MIN": "0", "FI_CXI_RDZV_THRESHOLD": "0", "HSA_NO_SCRATCH_RECLAIM": "1",
     "FI_CXI_RX_MATCH_MODE": "software",
+    # network.plugin image with provider cxi: libfabric may use only CXI, never TCP
+    "FI_PROVIDER": "cxi",
+    # fork safety for the CXI provider (nothing else sets it with the hook off)
+    "CXI_FORK_SAFE": "1", "CXI_FORK_SAFE_HP": "1",
+    # MIOpen's database and kernel cache node-local, without SQLite's write-ahead log
+    "MIOPEN_USER_DB_PATH": "/tmp/${USER}-miopen-cache",
+    "MIOPEN_CUSTOM_CACHE_DIR": "/tmp/${USER}-miopen-cache", "MIOPEN_DEBUG_DISABLE_SQL_WAL": "1",
     # network.socket_ifname, for NCCL's bootstrap and gloo alike
     "NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "GLOO_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3",
 }
@@ -51,18 +58,18 @@ def test_shipped_sites_load() -> None:
         assert load_site(name).name == name
 
 
-def test_beverin_rocm6_enables_the_hook_variant() -> None:
+def test_beverin_rocm6_uses_the_images_plugin_not_the_hook() -> None:
+    # One plugin per job: the image's aws-ofi-rccl (NCCL_NET_PLUGIN, set by the image), so
+    # the Container Engine's aws_ofi_nccl hook (variant rocm6) stays off.
     text, edf = render("cscs-beverin", "6.4.4")
     check_documented(edf)
     assert edf["image"] == "/images/rocm-x.sqsh"
-    assert edf["workdir"] == "/workspace"
+    assert edf["workdir"] == "${PWD}"  # the site's workdir wins over the image's
     assert edf["writable"] is True
     assert edf["env"] == BEVERIN_ENV
-    assert flatten_annotations(edf["annotations"]) == {
-        "com.hooks.cxi.enabled": "true",
-        "com.hooks.aws_ofi_nccl.enabled": "true",
-        "com.hooks.aws_ofi_nccl.variant": "rocm6",
-    }
+    assert "NCCL_NET_PLUGIN" not in edf["env"]  # the image's value stands
+    assert flatten_annotations(edf["annotations"]) == {"com.hooks.cxi.enabled": "true"}
+    assert "aws_ofi_nccl hook: off; the image's own RCCL network plugin is used" in text
     # written as CSCS documents it: dotted keys under [annotations]
     assert '\ncom.hooks.cxi.enabled = "true"\n' in text
 
@@ -71,8 +78,48 @@ def test_beverin_rocm7_leaves_the_hook_off() -> None:
     text, edf = render("cscs-beverin", "7.0.2")
     check_documented(edf)
     assert flatten_annotations(edf["annotations"]) == {"com.hooks.cxi.enabled": "true"}
-    assert "aws_ofi_nccl hook: off, no variant for ROCm 7" in text
-    assert "image's own RCCL network plugin is used" in text
+    assert "aws_ofi_nccl hook: off; the image's own RCCL network plugin is used" in text
+
+
+HOOK_SITE = """\
+name: hooked
+network: {provider: cxi, plugin: %s}
+edf:
+  annotations: {com.hooks.cxi.enabled: "true"}
+  aws_ofi_nccl_hook:
+    annotation_prefix: com.hooks.aws_ofi_nccl
+    variants: {rocm6: 6}
+"""
+
+
+def test_the_sites_plugin_enables_the_hook_and_unsets_the_images() -> None:
+    site = parse_site((HOOK_SITE % "site").encode(), "sites/hooked.yaml")
+    text = render_edf(recipe="r", image="/i.sqsh", site=site, rocm_version="6.4.4")
+    edf = tomllib.loads(text)
+    assert flatten_annotations(edf["annotations"]) == {
+        "com.hooks.cxi.enabled": "true", "com.hooks.aws_ofi_nccl.enabled": "true",
+        "com.hooks.aws_ofi_nccl.variant": "rocm6"}
+    # an empty value unsets the image's NCCL_NET_PLUGIN, so RCCL loads the hook's plugin
+    assert edf["env"]["NCCL_NET_PLUGIN"] == ""
+    assert "FI_PROVIDER" not in edf["env"]
+    assert "aws_ofi_nccl hook: on, variant rocm6 matches ROCm 6" in text
+    # no variant for this ROCm: refused, not silently the other plugin
+    with pytest.raises(SquashError, match=r"no variant for ROCm 7 .*network.plugin: image"):
+        render_edf(recipe="r", image="/i.sqsh", site=site, rocm_version="7.0.2")
+
+
+def test_the_images_plugin_never_enables_a_matching_hook() -> None:
+    site = parse_site((HOOK_SITE % "image").encode(), "sites/hooked.yaml")
+    edf = tomllib.loads(render_edf(recipe="r", image="/i.sqsh", site=site, rocm_version="6.4.4"))
+    assert flatten_annotations(edf["annotations"]) == {"com.hooks.cxi.enabled": "true"}
+    assert edf["env"] == {"FI_PROVIDER": "cxi"}
+
+
+def test_an_infiniband_site_keeps_rccl_off_the_plugin() -> None:
+    site = parse_site(b"name: ib\nnetwork: {plugin: none}\n", "sites/ib.yaml")
+    text = render_edf(recipe="r", image="/i.sqsh", site=site, rocm_version="7.2.4")
+    assert tomllib.loads(text)["env"] == {"NCCL_NET": "IB"}
+    assert "RCCL's own InfiniBand/RoCE transport is used" in text
 
 
 def test_cpu_only_image_has_no_hook() -> None:
@@ -87,8 +134,11 @@ def test_lumi_profile() -> None:
     # loader path (ahead of the image's, which only the loader cache knows), and the
     # variables Slingshot needs for forked processes.
     assert edf["mounts"] == ["/opt/cray:/opt/cray:ro", "/var/spool/slurmd:/var/spool/slurmd",
-                             "/usr/lib64/libcxi.so.1:/usr/lib64/libcxi.so.1"]
+                             "/usr/lib64/libcxi.so.1:/usr/lib64/libcxi.so.1",
+                             "/pfs:/pfs", "/scratch:/scratch", "/projappl:/projappl",
+                             "/project:/project", "/flash:/flash", "/appl:/appl"]
     assert edf["env"] == {
+        "FI_PROVIDER": "cxi",
         "LD_LIBRARY_PATH": "/opt/cray/libfabric/1.22.0/lib64:${LD_LIBRARY_PATH}",
         "CXI_FORK_SAFE": "1", "CXI_FORK_SAFE_HP": "1", "FI_CXI_DISABLE_CQ_HUGETLB": "1",
         "NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "GLOO_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3",
@@ -99,9 +149,14 @@ def test_lumi_profile() -> None:
     assert load_site("lumi").formats == ("sif",)
 
 
-def test_beverin_binds_nothing_the_cxi_hook_brings() -> None:
+def test_beverin_mounts_the_users_file_systems_and_binds_nothing_the_cxi_hook_brings() -> None:
     _, edf = render("cscs-beverin", "7.0.2")
-    assert edf["mounts"] == ["${SCRATCH}:${SCRATCH}"]  # EDF-only, no site binds
+    # EDF-only, no site binds: scratch, the file systems users keep data and checkouts on,
+    # and the directory the job starts in, which is also the working directory (a report
+    # written there survives the container)
+    assert edf["mounts"] == ["${SCRATCH}:${SCRATCH}", "/capstor:/capstor", "/iopsstor:/iopsstor",
+                             "${PWD}:${PWD}"]
+    assert edf["workdir"] == "${PWD}"
     assert "LD_LIBRARY_PATH" not in edf["env"]  # the hook replaces libfabric in place
 
 
@@ -131,7 +186,7 @@ def test_header_names_inputs_and_changes_with_them() -> None:
     assert any(h.startswith("# input-hash: sha256:") for h in header)
     again, _ = render("cscs-beverin", "7.0.2")
     assert again == text  # pure
-    other, _ = render("cscs-beverin", "7.0.2", workdir="/elsewhere")
+    other, _ = render("cscs-beverin", "7.0.2", image="/elsewhere/rocm-x.sqsh")
     assert input_hash_line(other) != input_hash_line(text)
 
 

@@ -168,11 +168,33 @@ def test_site_values_keep_only_variable_references(tmp_path: Path) -> None:
     assert out.stdout == 'a "b" $HOME `id` \\ 42/u'
 
 
+def test_ranks_bound_by_cores_fill_one_socket_before_the_next(tmp_path: Path) -> None:
+    # SLURM deals a node's tasks round robin over its sockets by default, so rank 1 (GPU 1,
+    # on the first socket of a two-socket node) would run on the second socket.
+    script = sbatch_script(Target("sif", "/x.sif"), _invocation(), SbatchSpec())
+    assert "--cpu-bind=verbose,cores --distribution=block:block " in script
+    assert "--exclusive" not in script
+    # a site's own distribution wins; masks place each rank themselves
+    site = sbatch_script(Target("sif", "/x.sif"), _invocation(),
+                         SbatchSpec(distribution="block:cyclic"))
+    assert "--distribution=block:cyclic " in site
+    masks = sbatch_script(Target("sif", "/x.sif"), _invocation(),
+                          SbatchSpec(cpu_bind=LUMI_G_MASKS, exclusive=True))
+    assert "--distribution" not in masks
+    # masks are valid only on whole nodes
+    assert "#SBATCH --exclusive\n" in masks
+    cpu = sbatch_script(Target("environment"), _invocation("none"), SbatchSpec(),
+                        tmp_path / "job.checks")
+    assert "--distribution" not in cpu  # no GPUs to be near
+    _shellcheck(masks, tmp_path)
+
+
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("cpu_bind", "cores; rm -rf /", "--cpu-bind"),
     ("socket_ifname", "lo eth0", "--socket-ifname"),
     ("gpu_select", "any", "--gpu-select"),
     ("ntasks_per_node", 0, "--ntasks-per-node"),
+    ("distribution", "block; true", "--distribution"),
 ])
 def test_bad_sbatch_values_are_refused(field: str, value: Any, message: str) -> None:
     with pytest.raises(ValidateError, match=message):

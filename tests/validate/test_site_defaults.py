@@ -95,6 +95,22 @@ def test_without_a_site_the_built_in_defaults_apply(project: Path) -> None:
     assert all(getattr(defaults, n).source == "default"
                for n in ("gpus_per_node", "cpu_bind", "gpu_select"))
     assert defaults.env == {} and defaults.binds == () and defaults.library_dir is None
+    # no distribution given: the sbatch job fills one socket before the next
+    spec = sbatch_spec(parse())
+    assert spec.distribution is None and spec.exclusive is False
+    assert spec.task_distribution("rocm") == "block:block"
+
+
+def test_shipped_sites_bind_their_ranks_as_documented(project: Path) -> None:
+    lumi = sbatch_spec(parse("--site", "lumi"))
+    assert lumi.exclusive is True and lumi.task_distribution("rocm") is None  # masks
+    beverin = sbatch_spec(parse("--site", "cscs-beverin"))
+    assert beverin.exclusive is False and beverin.task_distribution("rocm") == "block:cyclic"
+    flagged = sbatch_spec(parse("--site", "lumi", "--no-exclusive", "--distribution",
+                                "block:block"))
+    assert flagged.exclusive is False and flagged.distribution == "block:block"
+    env = dict(lumi.site_env)
+    assert env["FI_PROVIDER"] == "cxi"  # the batch job pins the provider as the EDF does
 
 
 def test_the_sbatch_job_takes_the_resolved_values(project: Path) -> None:

@@ -13,7 +13,12 @@ every RCCL release's wording) or from this process's own dlopen of the plugin:
 - a multi-node run on "Using network Socket" (TCP instead of Slingshot RDMA);
 - a libfabric provider other than the expected one (--expect-net-provider, else
   $FI_PROVIDER: "NET/OFI Selected Provider is cxi" on HPE Slingshot);
+- the plugin running over one of libfabric's socket providers (tcp, udp, sockets) with no
+  provider expected: slower than RCCL's own transports and what a site profile prevents
+  (network.plugin: image pins FI_PROVIDER; none keeps RCCL on its IB transport);
 - a multi-node run whose log says GPU-direct RDMA is disabled and no channel uses it.
+NCCL_NET=IB or Socket (a site that chose RCCL's own transport) means the plugin is not
+expected in use.
 The plugin library the manifest names must also exist and load (dlopen, as RCCL does).
 """
 
@@ -80,7 +85,7 @@ def read_nccl_log(pattern: str | None) -> tuple[str, list[str]]:
 def plugin_check(ctx: Context) -> tuple[list[str], dict[str, Any]]:
     config = section(ctx.manifest, "network_plugin")
     problems: list[str] = []
-    figures: dict[str, Any] = {"plugin_expected": bool(config.get("enabled")),
+    figures: dict[str, Any] = {"plugin_expected": plugin_wanted(bool(config.get("enabled"))),
                                "plugin_kind": config.get("kind")}
     if config.get("enabled"):
         library = config.get("library")
@@ -155,6 +160,20 @@ def run(ctx: Context) -> CheckResult:
                  f"transports {transports} ({scope})", figures)
 
 
+#: libfabric providers that carry the plugin over the kernel's sockets, not RDMA
+#: (fi_tcp(7), fi_udp(7), fi_sockets(7)); "tcp;ofi_rxm" is how a stacked one is named.
+SOCKET_PROVIDERS = ("tcp", "udp", "sockets")
+#: NCCL_NET values naming RCCL/NCCL's internal networks: the plugin is then not used.
+INTERNAL_NETS = ("ib", "socket")
+
+
+def plugin_wanted(enabled: bool, environ: dict[str, str] | None = None) -> bool:
+    """Whether RCCL should use the image's plugin: it ships one and NCCL_NET does not pick
+    an internal network (a site using RCCL's own InfiniBand/RoCE transport sets IB)."""
+    environ = dict(os.environ) if environ is None else environ
+    return enabled and environ.get("NCCL_NET", "").strip().lower() not in INTERNAL_NETS
+
+
 def expected_provider(options: Any, environ: dict[str, str] | None = None) -> str | None:
     environ = dict(os.environ) if environ is None else environ
     return getattr(options, "expect_net_provider", None) or environ.get("FI_PROVIDER") or None
@@ -191,6 +210,13 @@ def judge_log(summary: NcclLogSummary, nodes: int, plugin_expected: bool,
         problems.append(f"libfabric provider {summary.provider!r} selected, expected "
                         f"{provider!r} (wrong provider: check FI_PROVIDER and that the "
                         f"{provider} provider is in the libfabric the plugin loads)")
+    elif not provider and summary.provider \
+            and summary.provider.lower().split(";")[0] in SOCKET_PROVIDERS:
+        problems.append(f"RCCL's network plugin runs over libfabric's {summary.provider!r} "
+                        "provider (kernel sockets, no RDMA): on Slingshot pin the provider "
+                        "(a site profile with network.plugin image and provider cxi sets "
+                        "FI_PROVIDER=cxi); on InfiniBand/RoCE use RCCL's own transport "
+                        "(network.plugin none: NCCL_NET=IB)")
     elif provider and nodes > 1 and summary.plugin_in_use and summary.ofi \
             and not summary.provider:
         problems.append(f"the OFI plugin loaded but the log names no provider; expected "

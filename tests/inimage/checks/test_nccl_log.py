@@ -314,3 +314,28 @@ def test_a_communicator_that_could_not_be_created_names_the_cause() -> None:
                             "(not on the loader's path)")
     assert communicator_problem("X: y", parse("")) == \
         "RCCL/NCCL could not create a communicator (X: y)"
+
+
+def test_the_plugin_over_tcp_fails_without_a_site_profile() -> None:
+    # No profile: nothing pinned FI_PROVIDER, and the image's libfabric (tcp, udp, shm)
+    # gave the plugin TCP, which aws-ofi-nccl accepts.
+    from imagebuild.inimage.checks.network import judge_log
+
+    problems = judge_log(parse(TCP_PROVIDER), nodes=1, plugin_expected=True, provider=None)
+    assert len(problems) == 1
+    assert "runs over libfabric's 'tcp' provider" in problems[0]
+    assert "FI_PROVIDER=cxi" in problems[0] and "NCCL_NET=IB" in problems[0]
+    assert judge_log(parse(OFI_RUN), nodes=2, plugin_expected=True, provider=None) == []
+
+
+def test_a_site_on_rccls_own_transport_does_not_expect_the_plugin() -> None:
+    from imagebuild.inimage.checks.network import judge_log, plugin_wanted
+
+    assert plugin_wanted(True, {}) and plugin_wanted(True, {"NCCL_NET": "AWS Libfabric"})
+    assert not plugin_wanted(True, {"NCCL_NET": "IB"})
+    assert not plugin_wanted(True, {"NCCL_NET": "socket"})
+    assert not plugin_wanted(False, {})
+    ib = parse(NEW_NCCL_NO_PLUGIN)
+    assert judge_log(ib, nodes=2, plugin_expected=plugin_wanted(True, {"NCCL_NET": "IB"}),
+                     provider=None) == []
+    assert judge_log(ib, nodes=2, plugin_expected=True, provider=None)  # unwanted IB fails
