@@ -12,12 +12,13 @@ AMD's images; two bases, each a ``DebianRocm``:
   not selected for install"), and ``-t experimental`` would also take libc6 and perl from
   experimental. Measured: librccl1's .deb is 369 MB (370 MB installed: device code for every
   GPU target); libamd-comgr3 brings sid's libllvm22; the toolchain stage takes 35 s with an
-  empty apt cache; the final image is 878 MB.
+  empty apt cache; the final image is 878 MB (893 MB with rccl-tests for one target).
 - ``TRIXIE_ROCM_5_7_1``: Debian trixie's HIP 5.7.1 (libamdhip64-dev) and RCCL 5.4.3
   (librccl-dev).
 
 The recipe keeps the shipped recipe's plugin (kind, repository, ref, libfabric release and
-URL) and its sites, and changes only what the base decides: the base image, the ROCm prefix
+URL) and its sites, optionally its rccl-tests (repository, ref) for targets the test names,
+and changes only what the base decides: the base image, the ROCm prefix
 (/usr: Debian installs HIP and RCCL there) and the OS packages. The same renderer and the
 same plugin template then build it. hipBLASLt is off (hours of compiling); torch is a
 placeholder wheel (the image's Python stage is the CPU demo's machinery, proven elsewhere).
@@ -37,7 +38,8 @@ from testbed.wheel_index import make_wheel
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: What the toolchain stage needs besides ROCm: autotools and compilers, readelf (binutils),
-#: python3 (the load check), hwloc's headers. No hipcc: the plugins are C.
+#: python3 (the load check), hwloc's headers. No hipcc: the plugins are C (the 7.2.4 base's
+#: ROCm packages bring it, for rccl-tests).
 TOOLCHAIN_PACKAGES = (
     "autoconf", "automake", "binutils", "bzip2", "ca-certificates", "curl", "file", "g++",
     "gcc", "git", "libtool", "make", "pkg-config", "python3", "libhwloc-dev",
@@ -67,8 +69,10 @@ class DebianRocm:
 
 #: Debian experimental's ROCm 7.2.4 (source package: version): rccl 7.2.4-1~exp3,
 #: rocm-hipamd 7.2.4-1~exp2, rocr-runtime and rocm-llvm 7.2.4+dfsg-1~exp1, rocm-smi-lib
-#: 7.2.4-1~exp1. The whole closure of librccl-dev and libamdhip64-dev that experimental
-#: holds (what ``apt-get install -t experimental`` takes from there, less libc6 and perl).
+#: 7.2.4-1~exp1, hipcc and hipify 7.2.4+dfsg-1~exp1. The whole closure of librccl-dev,
+#: libamdhip64-dev and hipcc that experimental holds (what ``apt-get install -t experimental``
+#: takes from there, less libc6 and perl). Every sid recipe names them all, so that its
+#: toolchain stage is one BuildKit layer, built once.
 _EXPERIMENTAL_ROCM_7_2_4 = {
     "librccl1": "7.2.4-1~exp3",
     "librccl-dev": "7.2.4-1~exp3",
@@ -81,6 +85,10 @@ _EXPERIMENTAL_ROCM_7_2_4 = {
     "libamd-comgr3": "7.2.4+dfsg-1~exp1",
     "libamd-comgr-dev": "7.2.4+dfsg-1~exp1",
     "librocm-smi64-7": "7.2.4-1~exp1",
+    # rccl-tests' compiler: hipcc drives sid's clang-22 with experimental's device libraries
+    # (rocm-device-libs-22, which it pins); src/Makefile hipifies with hipify-perl.
+    "hipcc": "7.2.4+dfsg-1~exp1",
+    "hipify-perl": "7.2.4+dfsg-1~exp1",
 }
 _RUNTIME_7_2_4 = ("librccl1", "libamdhip64-7", "libhsa-runtime64-1", "libamd-comgr3",
                   "librocm-smi64-7")
@@ -105,10 +113,12 @@ def placeholder_torch(directory: Path) -> Path:
 
 def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: str,
                   libfabric_version: str | None = None,
-                  sites: tuple[str, ...] | None = None) -> str:
+                  sites: tuple[str, ...] | None = None,
+                  rccl_tests: tuple[str, ...] = ()) -> str:
     """The YAML of a recipe on ``debian`` (its image pushed as ``base_image``) with
     ``shipped``'s plugin stage (optionally another libfabric release or other sites, for
-    the tests of what must fail)."""
+    the tests of what must fail) and, when ``rccl_tests`` names GPU targets, ``shipped``'s
+    rccl-tests built for those."""
     recipe = load_recipe(shipped, REPO_ROOT)
     plugin = recipe.network_plugin
     version = libfabric_version or plugin.libfabric.version
@@ -134,4 +144,9 @@ def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: 
         # the engine's built-in frontend: docker/dockerfile images cannot be pulled here
         "dockerfile": {"syntax": None},
     }
+    if rccl_tests:
+        data["gpu_targets"] = list(rccl_tests)
+        data["rccl_tests"] = {"enabled": True,
+                              "repository": recipe.rccl_tests.source.repository,
+                              "ref": recipe.rccl_tests.source.ref}
     return yaml.safe_dump(data, sort_keys=False)

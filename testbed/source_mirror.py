@@ -1,7 +1,7 @@
 """An air-gapped site's source mirror on 127.0.0.1, made from the upstream fixtures.
 
 ../shared/fixtures/sources holds git bundles (aws/aws-ofi-nccl, ROCm/aws-ofi-rccl, Megatron-LM's
-Swiss AI fork and ROCm port) and
+Swiss AI fork and ROCm port, ROCm/rccl-tests) and
 libfabric release archives. A site without GitHub serves such copies itself; imagebuild
 reaches them through its mirror option (``imagebuild lock --git-mirror FROM=TO``), which
 rewrites the recipe's URLs into the lock, so the build fetches from here too:
@@ -32,6 +32,7 @@ BUNDLES = (
     ("aws-ofi-rccl.bundle", "ROCm/aws-ofi-rccl.git"),
     ("megatron-lm-swiss-ai.bundle", "swiss-ai/Megatron-LM.git"),
     ("megatron-lm-rocm.bundle", "ROCm/Megatron-LM.git"),
+    ("rccl-tests.bundle", "ROCm/rccl-tests.git"),
 )
 LIBFABRIC_RELEASES = ("1.22.0", "2.1.0")
 LIBFABRIC_DOWNLOADS = "https://github.com/ofiwg/libfabric/releases/download/"

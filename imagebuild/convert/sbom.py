@@ -158,7 +158,8 @@ def _archive_version(name: str, url: str) -> str | None:
 
 def source_components(lock: Lock, *, hipblaslt_subdir: str = ".", plugin_kind: str | None = None,
                       libfabric_version: str | None = None) -> list[Component]:
-    """hipBLASLt, the network plugin, libfabric and Megatron-LM, as the lock pins them."""
+    """hipBLASLt, the network plugin, libfabric, Megatron-LM and rccl-tests, as the lock pins
+    them."""
     components = []
     if lock.hipblaslt:
         components.append(git_component("hipblaslt", lock.hipblaslt, hipblaslt_subdir))
@@ -168,6 +169,8 @@ def source_components(lock: Lock, *, hipblaslt_subdir: str = ".", plugin_kind: s
         components.append(archive_component("libfabric", lock.libfabric, libfabric_version))
     if lock.megatron:
         components.append(git_component("megatron-lm", lock.megatron))
+    if lock.rccl_tests:
+        components.append(git_component("rccl-tests", lock.rccl_tests))
     return components
 
 

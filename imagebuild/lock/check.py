@@ -51,7 +51,8 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
     for key, git, enabled in (("hipblaslt", lock.hipblaslt, recipe.hipblaslt.enabled),
                               ("network-plugin", lock.network_plugin,
                                recipe.network_plugin.enabled),
-                              ("megatron", lock.megatron, recipe.megatron.enabled)):
+                              ("megatron", lock.megatron, recipe.megatron.enabled),
+                              ("rccl-tests", lock.rccl_tests, recipe.rccl_tests.enabled)):
         if not enabled:
             continue
         if git is None:

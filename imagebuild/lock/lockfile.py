@@ -104,6 +104,7 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         selector=selector,
         gpu_family=tool.get("gpu-family"),
         megatron=git("megatron"),
+        rccl_tests=git("rccl-tests"),
         sdists=tuple(sdists),
     )
 
@@ -121,14 +122,16 @@ def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: st
               network_plugin: LockedGit | None = None,
               libfabric: LockedArchive | None = None,
               source_date_epoch: int | None = None,
-              megatron: LockedGit | None = None) -> str:
+              megatron: LockedGit | None = None,
+              rccl_tests: LockedGit | None = None) -> str:
     """The whole lock file: header, PEP 751 document (``packages`` as pylock entries, each
     with one wheel, or the ROCm selector's sdist) and the ``[tool.imagebuild]`` pins.
 
     ``source_date_epoch`` defaults to now: the moment the pins were chosen (see
     imagebuild.lock.epoch for why that time).
     """
-    tool = tool_table(recipe, base_digest, hipblaslt, network_plugin, libfabric, megatron)
+    tool = tool_table(recipe, base_digest, hipblaslt, network_plugin, libfabric, megatron,
+                      rccl_tests)
     tool["wheel-index"] = wheel_index
     tool[EPOCH_KEY] = int(time.time()) if source_date_epoch is None else source_date_epoch
     document: dict[str, Any] = {
@@ -143,10 +146,11 @@ def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: st
 
 def tool_table(recipe: Recipe, base_digest: str, hipblaslt: LockedGit | None,
                network_plugin: LockedGit | None, libfabric: LockedArchive | None,
-               megatron: LockedGit | None = None) -> dict[str, Any]:
+               megatron: LockedGit | None = None,
+               rccl_tests: LockedGit | None = None) -> dict[str, Any]:
     sources: dict[str, Any] = {}
     for key, git in (("hipblaslt", hipblaslt), ("network-plugin", network_plugin),
-                     ("megatron", megatron)):
+                     ("megatron", megatron), ("rccl-tests", rccl_tests)):
         if git:
             sources[key] = {"repository": git.repository, "ref": git.ref, "commit": git.commit}
     if libfabric:

@@ -61,6 +61,8 @@ class Lock:
     gpu_family: str | None = None
     #: Megatron-LM's repository and commit, when the recipe has it.
     megatron: LockedGit | None = None
+    #: ROCm/rccl-tests' repository and commit, when the recipe has it.
+    rccl_tests: LockedGit | None = None
     #: Source archives built in the image (TransformerEngine's PyTorch extension).
     sdists: tuple[LockedWheel, ...] = ()
 

@@ -195,13 +195,19 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         progress(f"git ls-remote {recipe.megatron.source.repository}")
         megatron = resolve_git(recipe.megatron.source.repository, recipe.megatron.source.ref,
                                options.git_mirrors)
+    rccl_tests = None
+    if recipe.rccl_tests.enabled:
+        progress(f"git ls-remote {recipe.rccl_tests.source.repository}")
+        rccl_tests = resolve_git(recipe.rccl_tests.source.repository,
+                                 recipe.rccl_tests.source.ref, options.git_mirrors)
     progress(f"base image digest of {recipe.base_image}")
     base_digest = resolve_base_digest(recipe.base_image)
 
     def render(epoch: int | None) -> str:
         return lock_text(recipe, packages, base_digest=base_digest, wheel_index=index_url,
                          hipblaslt=hipblaslt, network_plugin=network_plugin,
-                         libfabric=libfabric, source_date_epoch=epoch, megatron=megatron)
+                         libfabric=libfabric, source_date_epoch=epoch, megatron=megatron,
+                         rccl_tests=rccl_tests)
 
     write_all([GeneratedFile(path, relock_text(path, render), f"imagebuild lock {recipe.name}")])
     return read_lock(path)

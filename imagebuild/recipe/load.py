@@ -28,6 +28,7 @@ from imagebuild.recipe.model import (
     Libfabric,
     Megatron,
     NetworkPlugin,
+    RcclTests,
     Recipe,
     TransformerEngine,
     Wheels,
@@ -50,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "network_plugin": {"enabled": False, "kind": "aws-ofi-nccl"},
     "megatron": {"enabled": False, "pypi": []},
     "transformer_engine": {"enabled": False},
+    "rccl_tests": {"enabled": False},
     "env": {},
     "labels": {},
     "dockerfile": {"syntax": "docker/dockerfile:1.7"},
@@ -406,6 +408,17 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         for key in ("repository", "ref"):
             if key not in megatron:
                 problem(("megatron", key), "missing (required when megatron.enabled is true)")
+    tests = data["rccl_tests"]
+    if tests.get("enabled"):
+        for key in ("repository", "ref"):
+            if key not in tests:
+                problem(("rccl_tests", key), "missing (required when rccl_tests.enabled is true)")
+        if rocm is None:
+            problem(("rccl_tests", "enabled"), "needs a ROCm release (rocm is null: CPU-only "
+                    "image)")
+        elif not data["gpu_targets"]:
+            problem(("rccl_tests", "enabled"), "needs gpu_targets to list the GPUs to build "
+                    "the benchmarks for (hipcc's default target is the build machine's GPU)")
     engine = data["transformer_engine"]
     if engine.get("enabled"):
         if "version" not in engine:
@@ -462,6 +475,7 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
                                              version=str(engine.get("version", ""))),
         megatron=Megatron(enabled=megatron["enabled"], source=source(megatron),
                           requirements=tuple(megatron["pypi"])),
+        rccl_tests=RcclTests(enabled=tests["enabled"], source=source(tests)),
         env=tuple(data["env"].items()),
         labels=tuple(sorted(data["labels"].items())),
         dockerfile_syntax=data["dockerfile"]["syntax"],
@@ -484,6 +498,11 @@ def _wheels_family(data: dict[str, Any], problem: Callable[[Path_, str], None]) 
                 "must be false with rocm_from: wheels: torch loads the libhipblaslt of the "
                 "rocm-sdk-libraries wheel, so a source build would go unused (`imagebuild "
                 "tune gemm` then tunes with TunableOp alone)")
+    if data["rccl_tests"].get("enabled"):
+        problem(("rccl_tests", "enabled"),
+                "must be false with rocm_from: wheels: the rccl-tests stage compiles with "
+                "the base image's hipcc against its RCCL (rocm_prefix), which such a base "
+                "does not have")
     if data["network_plugin"].get("enabled"):
         problem(("network_plugin", "enabled"),
                 "must be false with rocm_from: wheels: the plugin stage compiles against "

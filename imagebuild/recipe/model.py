@@ -85,6 +85,15 @@ class Megatron:
     requirements: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class RcclTests:
+    """ROCm/rccl-tests at a commit: the ``*_perf`` collective benchmarks, built for the
+    recipe's gpu_targets against the image's RCCL."""
+
+    enabled: bool
+    source: GitSource
+
+
 #: repo.radeon.com's TransformerEngine for ROCm (ROCm/TransformerEngine README, "from ROCm
 #: 7.0 ... manylinux wheels"): the Python package and the common library as wheels, the
 #: PyTorch extension as a source archive compiled against the installed torch.
@@ -137,6 +146,7 @@ class Recipe:
     gpu_family: str | None = None
     megatron: Megatron = Megatron(False, GitSource("", ""))
     transformer_engine: TransformerEngine = TransformerEngine(False)
+    rccl_tests: RcclTests = RcclTests(False, GitSource("", ""))
 
     @property
     def rocm_wheels(self) -> bool:
@@ -161,6 +171,8 @@ class Recipe:
             data.pop("megatron")
         else:
             data["megatron"]["requirements"] = list(self.megatron.requirements)
+        if not self.rccl_tests.enabled:
+            data.pop("rccl_tests")
         return _jsonable(data)
 
     def input_hash(self) -> str:
@@ -183,6 +195,7 @@ class Recipe:
             ),
             # Only when set: locks of recipes without these stay valid.
             **({"megatron": data["megatron"]["source"]} if self.megatron.enabled else {}),
+            **({"rccl_tests": data["rccl_tests"]["source"]} if self.rccl_tests.enabled else {}),
             **({"transformer_engine": data["transformer_engine"]["version"]}
                if self.transformer_engine.enabled else {}),
             **({"rocm_from": "wheels", "gpu_family": self.gpu_family}

@@ -175,6 +175,15 @@ RECIPE = Obj(
                 "pypi": Seq(Str("a PEP 508 requirement Megatron-LM imports, like einops",
                                 check=_requirement)),
             }),
+        "rccl_tests": Obj(
+            description="ROCm/rccl-tests, the collective benchmarks (all_reduce_perf and the "
+                        "other *_perf), from a repository pinned by commit: built for "
+                        "gpu_targets against the image's RCCL into /opt/rccl-tests/bin",
+            fields={
+                "enabled": Bool(),
+                "repository": REPOSITORY,
+                "ref": GIT_REF,
+            }),
         "transformer_engine": Obj(
             description="TransformerEngine for ROCm from the wheel index: the transformer_engine "
                         "and transformer_engine_rocm wheels, and the transformer_engine_torch "

@@ -84,6 +84,8 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
                 (TEMPLATES / plan.hipblaslt.cblas_config).read_text()
     if plan.megatron is not None:
         files[plan.megatron.check] = (TEMPLATES / plan.megatron.check).read_text()
+    if plan.rccl_tests is not None:
+        files[plan.rccl_tests.check] = (TEMPLATES / plan.rccl_tests.check).read_text()
     if plan.transformer_engine is not None:
         files[plan.transformer_engine.check] = \
             (TEMPLATES / plan.transformer_engine.check).read_text()
@@ -205,6 +207,7 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
         "network_plugin": {"enabled": plugin.enabled},
         "megatron": {"enabled": recipe.megatron.enabled},
         "transformer_engine": {"enabled": recipe.transformer_engine.enabled},
+        "rccl_tests": {"enabled": recipe.rccl_tests.enabled},
         "rocm_from": recipe.rocm_from,
     }
     engine = plan.transformer_engine
@@ -220,6 +223,13 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
         data["megatron"].update({
             "repository": lock.megatron.repository, "ref": lock.megatron.ref,
             "commit": lock.megatron.commit, "pretrain_gpt": f"{plan.megatron.prefix}/pretrain_gpt.py",
+        })
+    if plan.rccl_tests is not None and lock.rccl_tests:
+        tests = plan.rccl_tests
+        data["rccl_tests"].update({
+            "repository": lock.rccl_tests.repository, "ref": lock.rccl_tests.ref,
+            "commit": lock.rccl_tests.commit, "gpu_targets": list(tests.targets),
+            "bin": tests.bin_dir, "binaries": [f"{tests.bin_dir}/{name}" for name in tests.binaries],
         })
     if lock.selector is not None:
         data["rocm_wheels"] = {

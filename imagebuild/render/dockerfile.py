@@ -7,6 +7,8 @@ never from a second renderer. Stages, in order:
     toolchain  base + compilers, autotools, ROCm development packages (build stages only)
     hipblaslt  toolchain + hipBLASLt from source at the locked commit, recipe GPU targets
     plugin     toolchain + libfabric (locked archive, sha256) + aws-ofi-nccl / aws-ofi-rccl
+    rccl-tests toolchain + ROCm/rccl-tests' *_perf benchmarks at the locked commit, built with
+               hipcc for the recipe's GPU targets against the image's RCCL
     python     base + uv (pinned wheel, sha256) + /opt/venv from the lock, hashes required
     megatron   toolchain + Megatron-LM at the locked commit, dataset helpers compiled against
                the venv (mounted from python)
@@ -63,7 +65,7 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
     """
     plan = [("base", "FROM the pinned base image, nothing added", "base image digest")]
     if (recipe.hipblaslt.enabled or recipe.network_plugin.enabled or recipe.megatron.enabled
-            or recipe.transformer_engine.enabled):
+            or recipe.transformer_engine.enabled or recipe.rccl_tests.enabled):
         plan.append(("toolchain", "base + compilers, ROCm development packages",
                      "base image"))
     if recipe.hipblaslt.enabled:
@@ -72,6 +74,9 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
     if recipe.network_plugin.enabled:
         plan.append(("plugin", f"toolchain + libfabric + {recipe.network_plugin.kind}",
                      "libfabric archive, plugin repository/commit"))
+    if recipe.rccl_tests.enabled:
+        plan.append(("rccl-tests", "toolchain + rccl-tests' *_perf benchmarks",
+                     "rccl-tests repository/commit, GPU targets"))
     plan.append(("python", "base + uv + /opt/venv from the lock",
                  "wheel pins (the lock's wheels), Python version"))
     if recipe.transformer_engine.enabled:
@@ -163,12 +168,15 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "plugin": plan.plugin,
         "megatron": plan.megatron,
         "transformer_engine": plan.transformer_engine,
+        "rccl_tests": plan.rccl_tests,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
         "rocm_wheels": {"family": recipe.gpu_family,
                         "selector": SELECTOR_FILE if lock and lock.selector else None}
         if recipe.rocm_wheels else None,
         "venv": VENV,
+        # Directories the final image's PATH gets after the base image's own.
+        "path_after": [plan.rccl_tests.bin_dir] if plan.rccl_tests else [],
         "uv_version": UV_VERSION,
         "uv_lines": uv_lines,
         "runtime_packages": list(plan.runtime_packages),

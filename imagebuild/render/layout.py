@@ -66,6 +66,16 @@ MEGATRON_BUILD_PACKAGES = ("g++", "make", "git", "ca-certificates")
 #: it to find the built helpers up to date instead of failing to compile them.
 MEGATRON_RUNTIME_PACKAGES = ("make",)
 HIPBLASLT_PREFIX = "/opt/hipblaslt"
+#: rccl-tests' install tree; its benchmarks are in bin/.
+RCCL_TESTS_PREFIX = "/opt/rccl-tests"
+#: The benchmarks rccl-tests' src/Makefile builds (BIN_FILES_LIST), each as <name>_perf.
+RCCL_TESTS_COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce",
+                          "alltoall", "scatter", "gather", "sendrecv", "alltoallv")
+#: What the rccl-tests stage needs beyond the recipe's build_packages (whose ROCm development
+#: packages bring hipcc, hipify-perl and RCCL's headers): make runs the build, git fetches
+#: the sources (and names the revision in the binaries), and hipcc's clang compiles host
+#: code against the C++ standard library that g++ brings.
+RCCL_TESTS_BUILD_PACKAGES = ("g++", "make", "git", "ca-certificates")
 LIBFABRIC_PREFIX = "/opt/libfabric"
 SITE_CA = "/run/secrets/site-ca"
 

@@ -24,6 +24,9 @@ from imagebuild.render.layout import (
     MEGATRON_RUNTIME_PACKAGES,
     PLUGIN_RECORD,
     PLUGIN_RUNTIME_PACKAGES,
+    RCCL_TESTS_BUILD_PACKAGES,
+    RCCL_TESTS_COLLECTIVES,
+    RCCL_TESTS_PREFIX,
     RESERVED_ENV,
 )
 from imagebuild.render.libfabric import LibfabricTarget, libfabric_target
@@ -143,6 +146,47 @@ class MegatronPlan:
         return f"{self.prefix}/megatron/core/datasets"
 
 
+#: The build-time check that every rccl-tests benchmark is built, for exactly the recipe's
+#: GPU targets (staged in the build context, bind-mounted into the rccl-tests stage).
+RCCL_TESTS_CHECK = "rccl-tests-check.py"
+
+
+@dataclass(frozen=True)
+class RcclTestsPlan:
+    repository: str
+    #: The locked commit, or the recipe's ref when unlocked (review renders only).
+    revision: str
+    ref: str
+    #: The recipe's GPU targets: hipcc builds device code for these only.
+    targets: tuple[str, ...]
+    #: Where ROCm is: hipcc, hipify-perl and RCCL's headers and library.
+    rocm_prefix: str
+    prefix: str = RCCL_TESTS_PREFIX
+    check: str = RCCL_TESTS_CHECK
+
+    @property
+    def bin_dir(self) -> str:
+        return f"{self.prefix}/bin"
+
+    @property
+    def binaries(self) -> tuple[str, ...]:
+        return tuple(f"{name}_perf" for name in RCCL_TESTS_COLLECTIVES)
+
+    @property
+    def offload_flags(self) -> str:
+        """hipcc's device targets: one --offload-arch per recipe target, never its default
+        (the build machine's GPU, or a long list where it has none)."""
+        return "".join(f" --offload-arch={target}" for target in self.targets)
+
+    @property
+    def rocm_path(self) -> str | None:
+        """ROCM_PATH for the build, None where it must stay unset: Debian installs ROCm
+        under /usr, and hipcc with ROCM_PATH=/usr looks for the device libraries in the
+        wrong place; its own defaults find them. AMD's images have /opt/rocm, rccl-tests'
+        default (src/Makefile), which any other prefix replaces."""
+        return None if self.rocm_prefix == "/usr" else self.rocm_prefix
+
+
 #: The build-time check of TransformerEngine's built PyTorch extension (staged in the
 #: build context, bind-mounted into the final stage).
 TRANSFORMER_ENGINE_CHECK = "transformer-engine-check.py"
@@ -177,7 +221,7 @@ class BuildPlan:
     hipblaslt: HipBlasLtPlan | None
     plugin: PluginPlan | None
     #: OS packages of the toolchain stage: the recipe's build_packages, then what the
-    #: Megatron stage needs.
+    #: Megatron, TransformerEngine and rccl-tests stages need.
     build_packages: tuple[str, ...]
     #: OS packages of the final stage: the recipe's, then what the stages' installs need.
     runtime_packages: tuple[str, ...]
@@ -190,6 +234,7 @@ class BuildPlan:
     cache_scope: str
     megatron: MegatronPlan | None = None
     transformer_engine: TransformerEnginePlan | None = None
+    rccl_tests: RcclTestsPlan | None = None
 
     @property
     def locked(self) -> bool:
@@ -198,7 +243,8 @@ class BuildPlan:
     @property
     def builds_from_source(self) -> bool:
         return (self.hipblaslt is not None or self.plugin is not None
-                or self.megatron is not None or self.transformer_engine is not None)
+                or self.megatron is not None or self.transformer_engine is not None
+                or self.rccl_tests is not None)
 
 
 def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
@@ -210,6 +256,7 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
     plugin = _plugin(recipe, lock)
     megatron = _megatron(recipe, lock)
     engine = _transformer_engine(recipe, lock)
+    tests = _rccl_tests(recipe, lock)
     added = list(PLUGIN_RUNTIME_PACKAGES if plugin else ())
     added += HIPBLASLT_CLIENT_RUNTIME_PACKAGES if hipblaslt and hipblaslt.clients else ()
     build = list(recipe.build_packages)
@@ -221,6 +268,8 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
         dev = f"python{recipe.python}-dev"
         wanted = (*MEGATRON_BUILD_PACKAGES, dev, *(("curl",) if engine else ()))
         build += [p for p in wanted if p not in build]
+    if tests:
+        build += [p for p in RCCL_TESTS_BUILD_PACKAGES if p not in build]
     runtime = list(recipe.os_packages)
     added = [p for p in dict.fromkeys(added) if p not in runtime]
     library_path = ([f"{HIPBLASLT_PREFIX}/lib"] if hipblaslt else []) + \
@@ -230,9 +279,11 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
         linked.append(f"{HIPBLASLT_PREFIX}/lib/libhipblaslt.so")
         if hipblaslt.clients:
             linked.append(f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench")
+    if tests:
+        linked += [f"{tests.bin_dir}/{name}" for name in tests.binaries]
     return BuildPlan(
         recipe=recipe, lock=lock, hipblaslt=hipblaslt, plugin=plugin, megatron=megatron,
-        transformer_engine=engine,
+        transformer_engine=engine, rccl_tests=tests,
         build_packages=tuple(build), runtime_packages=tuple(runtime + added), added_packages=tuple(added),
         library_path=tuple(library_path), linked_files=tuple(linked),
         labels=_labels(recipe, lock), cache_scope=_cache_scope(recipe))
@@ -305,6 +356,17 @@ def _megatron(recipe: Recipe, lock: Lock | None) -> MegatronPlan | None:
         revision=source.commit if source else megatron.source.ref, ref=megatron.source.ref,
         prefix=MEGATRON_PREFIX, python_config=f"/usr/bin/python{recipe.python}-config",
         python_dev_package=f"python{recipe.python}-dev")
+
+
+def _rccl_tests(recipe: Recipe, lock: Lock | None) -> RcclTestsPlan | None:
+    tests = recipe.rccl_tests
+    if not tests.enabled:
+        return None
+    source = lock.rccl_tests if lock else None
+    return RcclTestsPlan(
+        repository=source.repository if source else tests.source.repository,
+        revision=source.commit if source else tests.source.ref, ref=tests.source.ref,
+        targets=recipe.gpu_targets, rocm_prefix=recipe.rocm_prefix)
 
 
 def _transformer_engine(recipe: Recipe, lock: Lock | None) -> TransformerEnginePlan | None:

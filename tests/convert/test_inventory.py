@@ -100,6 +100,10 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
     assert libfabric["version"] == "1.22.0"
     assert libfabric["hashes"] == [{"alg": "SHA-256", "content": lock.libfabric.sha256}]
     assert libfabric["externalReferences"][0]["url"] == lock.libfabric.url
+    tests = components["source:rccl-tests"]
+    assert tests["version"] == lock.rccl_tests.commit
+    assert tests["purl"] == f"pkg:github/rocm/rccl-tests@{lock.rccl_tests.commit}"
+    assert tests["externalReferences"][0] == {"type": "vcs", "url": lock.rccl_tests.repository}
     base = components["base-image"]
     assert base["version"] == lock.base_digest and base["type"] == "container"
     assert "repository_url=docker.io/rocm/dev-ubuntu-24.04" in base["purl"]

@@ -101,6 +101,8 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     plugin_commit = mirror_repository(mirror, plugin.repository, plugin.ref)
     megatron = recipe.megatron.source
     megatron_commit = mirror_repository(mirror, megatron.repository, megatron.ref)
+    tests = recipe.rccl_tests.source
+    tests_commit = mirror_repository(mirror, tests.repository, tests.ref)
     libfabric_url = recipe.network_plugin.libfabric.url
     archive = mirror / libfabric_url.removeprefix(GITHUB)
     archive.parent.mkdir(parents=True)
@@ -120,6 +122,9 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     assert lock.hipblaslt is not None and lock.hipblaslt.commit == hipblaslt_commit
     assert lock.network_plugin is not None and lock.network_plugin.commit == plugin_commit
     assert lock.megatron is not None and lock.megatron.commit == megatron_commit
+    assert lock.rccl_tests is not None and lock.rccl_tests.commit == tests_commit
+    assert lock.rccl_tests.ref == "develop"
+    assert lock.rccl_tests.repository == f"file://{mirror}/ROCm/rccl-tests.git"
     if engine.enabled:
         for project in ("transformer-engine", "transformer-engine-rocm"):
             wheel = lock.wheel(project)

@@ -83,20 +83,22 @@ def with_pin(recipe: Recipe, name: str, version: str) -> Recipe:
 def test_stage_graph_of_rocm_7_0_2(tmp_path: Path, rocm: Recipe):
     variant = Variant(rocm, tmp_path)
     stages = variant.stages
-    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "python", "megatron",
-                            "final"]
+    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "rccl-tests", "python",
+                            "megatron", "final"]
     assert stages["base"].base.startswith("rocm/dev-ubuntu-24.04:7.0.2-complete@sha256:")
     assert stages["toolchain"].uses == {"base"}
     assert stages["hipblaslt"].uses == {"toolchain"}
     assert stages["plugin"].uses == {"toolchain"}
+    assert stages["rccl-tests"].uses == {"toolchain"}
     # The venv never waits for (or rebuilds with) the compilers.
     assert stages["python"].uses == {"base"}
     # Megatron's helpers compile against the venv, mounted from the python stage.
     assert stages["megatron"].uses == {"toolchain", "python"}
-    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "python", "megatron"}
+    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "rccl-tests", "python",
+                                    "megatron"}
     assert "toolchain" not in stages["final"].uses  # no compilers in the final image
-    assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin", "python",
-                                           "megatron"}
+    assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin",
+                                           "rccl-tests", "python", "megatron"}
 
 
 def test_cpu_recipe_has_base_python_final_only(tmp_path: Path):
@@ -157,11 +159,28 @@ def test_wheel_pin_change_rebuilds_neither_hipblaslt_nor_plugin(tmp_path: Path, 
 
 def test_gpu_target_change_rebuilds_hipblaslt_not_python(tmp_path: Path, rocm: Recipe):
     before, after = variants(tmp_path, rocm, replace(rocm, gpu_targets=("gfx942",)))
-    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "final"}
-    # The source checkout is reused; the build step is the first to re-run.
-    checkout = after.index("hipblaslt", "RUN --mount=type=secret")
-    assert first_changed(before.keys["hipblaslt"], after.keys["hipblaslt"]) > checkout
+    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "rccl-tests", "final"}
+    # The source checkouts are reused; the build steps are the first to re-run.
+    for stage in ("hipblaslt", "rccl-tests"):
+        checkout = after.index(stage, "RUN --mount=type=secret")
+        assert first_changed(before.keys[stage], after.keys[stage]) > checkout, stage
     assert "-a gfx942 " in after.stages["hipblaslt"].text
+    tests = after.stages["rccl-tests"].text
+    assert "--offload-arch=gfx942" in tests and "gfx90a" not in tests
+
+
+def test_rccl_tests_ref_change_rebuilds_only_rccl_tests(tmp_path: Path, rocm: Recipe):
+    source = GitSource(rocm.rccl_tests.source.repository, "release/rocm-rel-7.0")
+    changed = replace(rocm, rccl_tests=replace(rocm.rccl_tests, source=source))
+    before, after = variants(tmp_path, rocm, changed)
+    assert rebuilt(before.keys, after.keys) == {"rccl-tests", "final"}
+
+
+def test_rccl_tests_off_drops_its_stage_and_checks(tmp_path: Path, rocm: Recipe):
+    changed = replace(rocm, rccl_tests=replace(rocm.rccl_tests, enabled=False))
+    variant = Variant(changed, tmp_path)
+    assert "rccl-tests" not in variant.stages
+    assert "rccl-tests" not in variant.text and "/opt/rccl-tests" not in variant.text
 
 
 def test_hipblaslt_ref_change_rebuilds_only_hipblaslt(tmp_path: Path, rocm: Recipe):
@@ -205,14 +224,15 @@ def test_cpu_recipe_env_change_keeps_the_venv(tmp_path: Path):
 def test_a_new_epoch_redates_every_stage_but_recompiles_nothing(tmp_path: Path, rocm: Recipe):
     """A lock of the same pins written at another time has another SOURCE_DATE_EPOCH. The
     python and final stages are keyed on it (what they write is dated by it); of the plugin,
-    hipBLASLt and Megatron stages only the last step is, which dates their install trees:
+    hipBLASLt, rccl-tests and Megatron stages only the last step is, which dates their install trees:
     their compiles come from the cache (Megatron's reads the re-dated venv through a
     read-only mount, keyed on its content). The base and the toolchain do not see it."""
     variant = Variant(rocm, tmp_path)
     before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
     after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
-    assert rebuilt(before, after) == {"hipblaslt", "plugin", "python", "megatron", "final"}
-    for stage in ("hipblaslt", "plugin", "megatron"):
+    assert rebuilt(before, after) == {"hipblaslt", "plugin", "rccl-tests", "python", "megatron",
+                                      "final"}
+    for stage in ("hipblaslt", "plugin", "rccl-tests", "megatron"):
         steps = variant.stages[stage].instructions
         assert first_changed(before[stage], after[stage]) == len(steps), stage
         assert steps[-2] == "ARG SOURCE_DATE_EPOCH" and steps[-1].startswith("RUN find "), stage

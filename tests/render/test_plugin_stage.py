@@ -28,12 +28,22 @@ built images:
   fall back to its own transport without a word). It builds and loads against RCCL 5.4.3
   (v5 chosen), the one case kept on trixie: the only RCCL here that takes a v5 plugin.
 
+The image of the aws-ofi-nccl case also carries the shipped recipes' rccl-tests (develop,
+from the fixture bundle at ae3e635), built by the same rccl-tests stage with experimental's
+hipcc 7.2.4 for one target, gfx942 (to keep CI short): every *_perf binary resolves
+librccl.so.1 to librccl1 7.2.4's file, carries device code for gfx942 only (read from its
+offload bundles), and all_reduce_perf runs by name (--help; without a GPU it stops with "no
+ROCm-capable device is detected"). Its compile step takes 41 s beside the libfabric build;
+with hipcc in the 7.2.4 toolchain the whole file took 355 s with an empty BuildKit cache
+(all four builds rebuilt; 264 s before rccl-tests, measured the same way in an earlier
+session, so the difference also holds that session's machine load).
+
 Cost, measured on a 2-core machine with an empty BuildKit cache and the debootstrapped
 bases present (debootstrap of sid: 33 s, once): the file takes 264 s (trixie's three builds
 before: 199 s). The toolchain stage takes 35 s on sid (apt fetches about 0.5 GB: librccl1
 alone is 369 MB) and 18 s on trixie; the two libfabric builds about 30-55 s each; the
 trixie case about 90 s of it all. The 7.2.4 images are 878 MB (449 MiB of them the ROCm
-packages the final stage installs), the 5.4.3 one 746 MB.
+packages the final stage installs; 893 MB with rccl-tests), the 5.4.3 one 746 MB.
 
 Not exercised here (only on a cluster): AMD's base images and their /opt/rocm (the
 /opt/rocm prefix, rocm-dev and rccl-dev; RCCL 6.4.4's lookup, so whether the rocm-6.4.4
@@ -54,6 +64,7 @@ import pytest
 
 from imagebuild.images import latest_tag
 from imagebuild.render.dockerfile import TEMPLATES
+from imagebuild.render.layout import RCCL_TESTS_COLLECTIVES
 from testbed import base_images
 from testbed.plugin_recipe import (
     SID_ROCM_7_2_4,
@@ -79,6 +90,9 @@ RECIPES: dict[str, tuple[DebianRocm, str, str | None, tuple[str, ...] | None]] =
     "plugin-rccl-724": (SID_ROCM_7_2_4, "rocm-6.4.4", None, None),
     "plugin-rccl-543": (TRIXIE_ROCM_5_7_1, "rocm-6.4.4", None, None),
 }
+#: test recipe -> the GPU targets its rccl-tests are built for (one, to keep CI short); the
+#: image of the plugin that RCCL 7.2.4 loads carries them, so no other image is built.
+RCCL_TESTS = {"plugin-nccl-724": ("gfx942",)}
 #: The builds that must fail, at the plugin stage's interface check.
 REFUSED = ("plugin-rccl-724",)
 #: test recipe -> (what its RCCL looks up, what its plugin exports, newest first)
@@ -129,7 +143,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, bases: dict[str, str]) -> 
         for name, (debian, shipped, libfabric, sites) in RECIPES.items():
             (root / "recipes" / f"{name}.yaml").write_text(plugin_recipe(
                 shipped, debian, bases[debian.base.tag], index.url_for("whl/"), libfabric,
-                sites))
+                sites, RCCL_TESTS.get(name, ())))
             locked = imagebuild(root, "lock", name, *mirrors)
             assert locked.returncode == 0, locked.stderr[-3000:]
             built = imagebuild(root, "build", name)
@@ -279,3 +293,73 @@ def test_rccl_7_2_4_refuses_aws_ofi_rccl_at_build_time(project: dict) -> None:
     assert ("looks up ncclNetPlugin_v10..v6; the plugin librccl-net.so exports only v5"
             in output), output[-3000:]
     assert "librccl.so" in output
+
+
+# --- rccl-tests against RCCL 7.2.4 ----------------------------------------------------------
+
+RCCL_TESTS_IMAGE = "plugin-nccl-724"
+#: The librccl.so.1 each binary resolves, librccl1's version, the package owning that file.
+RESOLVE_RCCL = r"""
+for b in "$@"; do ldd "$b" | awk -v b="$b" '$1 == "librccl.so.1" {print b, $3}'; done
+dpkg-query -W -f '${Version}\n' librccl1
+dpkg -S "$(readlink -f /usr/lib/x86_64-linux-gnu/librccl.so.1)"
+"""
+
+
+def test_rccl_tests_are_built_for_each_collective_and_resolve_rccl_7_2_4(project: dict) -> None:
+    """Every *_perf binary is in the image, and the loader resolves its librccl.so.1 to the
+    file of Debian's librccl1 7.2.4 (RCCL 2.27.7), the image's own RCCL."""
+    image = project["images"][RCCL_TESTS_IMAGE]
+    entry = manifest(image)["rccl_tests"]
+    assert entry["enabled"] and entry["gpu_targets"] == ["gfx942"]
+    assert entry["ref"] == "develop" and len(entry["commit"]) == 40
+    assert entry["repository"].endswith("/ROCm/rccl-tests.git")
+    assert [b.rsplit("/", 1)[-1] for b in entry["binaries"]] == \
+        [f"{name}_perf" for name in RCCL_TESTS_COLLECTIVES]
+    # bash -c: the binaries are $@, after "ldd" as $0.
+    resolved = docker("run", "--rm", image, "bash", "-c", RESOLVE_RCCL, "ldd",
+                      *entry["binaries"], check=False)
+    assert resolved.returncode == 0, resolved.stderr
+    lines = resolved.stdout.splitlines()
+    assert lines[:-2] == [f"{b} /usr/lib/x86_64-linux-gnu/librccl.so.1"
+                          for b in entry["binaries"]]
+    assert lines[-2] == "7.2.4-1~exp3"
+    assert lines[-1].split(":")[0] == "librccl1", lines[-1]
+
+
+def test_rccl_tests_carry_device_code_for_exactly_the_recipes_target(
+        project: dict, tmp_path: Path) -> None:
+    """Read from the clang offload bundles in each binary's .hip_fatbin section (the stage's
+    own check, run here on the binaries copied out of the image): gfx942 only. The same
+    check fails them for a recipe that also lists gfx90a."""
+    image = project["images"][RCCL_TESTS_IMAGE]
+    container = docker("create", image).stdout.strip()
+    try:
+        docker("cp", f"{container}:/opt/rccl-tests/bin", str(tmp_path / "bin"))
+    finally:
+        docker("rm", container)
+    binaries = ",".join(f"{name}_perf" for name in RCCL_TESTS_COLLECTIVES)
+    check = [sys.executable, str(TEMPLATES / "rccl-tests-check.py"), str(tmp_path / "bin"),
+             "--binaries", binaries, "--targets"]
+    passed = subprocess.run([*check, "gfx942"], check=False, capture_output=True, text=True)
+    assert passed.returncode == 0, passed.stderr
+    assert passed.stdout.count("device code for gfx942\n") == len(RCCL_TESTS_COLLECTIVES)
+    failed = subprocess.run([*check, "gfx90a,gfx942"], check=False, capture_output=True,
+                            text=True)
+    assert failed.returncode == 1
+    assert "all_reduce_perf: device code for gfx942; missing gfx90a" in failed.stderr
+
+
+def test_all_reduce_perf_runs_by_name_and_stops_cleanly_without_a_gpu(project: dict) -> None:
+    image = project["images"][RCCL_TESTS_IMAGE]
+    assert image_env(image)["PATH"].endswith(":/opt/rccl-tests/bin")
+    helped = docker("run", "--rm", image, "all_reduce_perf", "--help", check=False)
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("USAGE: all_reduce_perf")
+    # A login shell (enroot's start) resets PATH; the image's profile.d file restores it.
+    found = docker("run", "--rm", image, "bash", "-lc", "command -v sendrecv_perf")
+    assert found.stdout.strip() == "/opt/rccl-tests/bin/sendrecv_perf"
+    # HIP initialises and finds no GPU here: an error, not a crash or a hang.
+    ran = docker("run", "--rm", image, "all_reduce_perf", "-b", "8", "-e", "8", check=False)
+    assert ran.returncode != 0
+    assert "no ROCm-capable device is detected" in ran.stdout + ran.stderr

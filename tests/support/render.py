@@ -68,12 +68,22 @@ def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
         network_plugin = LockedGit(plugin.source.repository, plugin.source.ref,
                                    fake_commit(plugin.source.repository, plugin.source.ref))
         libfabric = LockedArchive(plugin.libfabric.url, fake_sha(plugin.libfabric.url), 7_654_321)
+    megatron = rccl_tests = None
+    if recipe.megatron.enabled:
+        source = recipe.megatron.source
+        megatron = LockedGit(source.repository, source.ref,
+                             fake_commit(source.repository, source.ref))
+    if recipe.rccl_tests.enabled:
+        source = recipe.rccl_tests.source
+        rccl_tests = LockedGit(source.repository, source.ref,
+                               fake_commit(source.repository, source.ref))
     base_digest = "sha256:" + fake_sha(recipe.base_image)
     target = path or lock_path(recipe)
     target.write_text(lock_text(recipe, packages, base_digest=base_digest,
                                 wheel_index=recipe.wheels.index_url, hipblaslt=hipblaslt,
                                 network_plugin=network_plugin, libfabric=libfabric,
-                                source_date_epoch=FAKE_EPOCH),
+                                source_date_epoch=FAKE_EPOCH, megatron=megatron,
+                                rccl_tests=rccl_tests),
                       encoding="utf-8")
     return read_lock(target)
 
