@@ -81,8 +81,10 @@ class PyTorchMegatronLM_AMD_imagebuild(PyTorchMegatronLM_AMD_CE):
     def use_the_imagebuild_image(self):
         with open(self.imagebuild_edf, "rb") as handle:
             edf = tomllib.load(handle)
-        self.container_image = os.path.expandvars(edf["image"])
-        self.container_mounts += [os.path.expandvars(m) for m in edf.get("mounts", [])]
+        # Kept as written: the Container Engine expands ${SCRATCH}, ${PWD}... when the job's
+        # container starts, as it does for the EDF itself.
+        self.container_image = edf["image"]
+        self.container_mounts += list(edf.get("mounts", []))
         self.container_env_table = {"env": dotted(edf.get("env", {})),
                                     "annotations": dotted(edf.get("annotations", {}))}
         self.env_vars["MEGATRON_LM_DIR"] = self.megatron_lm_dir
