@@ -182,9 +182,13 @@ def test_cli_writes_artifacts_and_edf(feature_image: str, tmp_path: Path,  # typ
     assert not (project / "envs").exists()
     edf = tomllib.loads((artifacts / f"{name}.toml").read_text())
     assert edf["image"] == f"${{SCRATCH}}/imagebuild/{name}.sqsh"
-    assert edf["workdir"] == "/workspace"
-    assert edf["annotations"]["com"]["hooks"]["aws_ofi_nccl"] == {"enabled": "true",
-                                                                  "variant": "rocm6"}
+    # The site's workdir (the job's submit directory, as CSCS's PyTorch EDF sets it) wins
+    # over the image's WORKDIR (/workspace here), so reports land on the cluster's storage.
+    assert edf["workdir"] == "${PWD}"
+    # Beverin uses the image's own RCCL plugin (network.plugin: image): the CXI hook brings the
+    # host's libfabric, the aws_ofi_nccl hook stays off even for ROCm 6.
+    assert edf["annotations"]["com"]["hooks"] == {"cxi": {"enabled": "true"}}
+    assert edf["env"]["FI_PROVIDER"] == "cxi"
 
 
 def test_cli_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]

@@ -247,6 +247,17 @@ def test_build_host_files_are_empty(built: Built) -> None:
         assert cat(built.sqsh, name) == b"", name
 
 
+def site_file_systems(edf: dict, host: dict[str, str], request: pytest.FixtureRequest) -> None:
+    """The site's file systems the EDF mounts by absolute path (Beverin: /capstor, /iopsstor),
+    made here as the empty directories a node would have; removed afterwards."""
+    for spec in edf.get("mounts", []):
+        source = spec.split(":", 1)[0]
+        if "$" in source or Path(source).exists():
+            continue
+        Path(source).mkdir(parents=True)
+        request.addfinalizer(lambda path=source: os.rmdir(path))
+
+
 def test_edf_applies_like_the_container_engine(enroot: Enroot, world: Path, built: Built,
                                                engine_environment: dict[str, str],
                                                request: pytest.FixtureRequest) -> None:
@@ -261,13 +272,19 @@ def test_edf_applies_like_the_container_engine(enroot: Enroot, world: Path, buil
         pytest.skip(f"no user {TEST_USER!r}: .ci/setup-system.sh creates it")
     scratch = world / f"scratch-{built.backend}"
     shared_image(world, built, f"scratch-{built.backend}/imagebuild/{RECIPE}.sqsh")
-    for path in (scratch, scratch / "imagebuild"):
+    submitted_from = scratch / "run"  # the job's submit directory: ${PWD}, the workdir
+    submitted_from.mkdir(exist_ok=True)
+    for path in (scratch, scratch / "imagebuild", submitted_from):
         os.chown(path, user.uid, user.gid)
     edf = read_edf(built.edf)
-    start = enroot_start(edf, {"SCRATCH": str(scratch), "HOME": user.home},
-                         engine_environment, source=built.edf.name)
+    host = {"SCRATCH": str(scratch), "HOME": user.home, "PWD": str(submitted_from),
+            "USER": TEST_USER}
+    site_file_systems(edf, host, request)
+    start = enroot_start(edf, host, engine_environment, source=built.edf.name)
     assert Path(start.image) == scratch / "imagebuild" / f"{RECIPE}.sqsh"
-    assert start.writable and start.env and start.not_applied == ("annotations",)
+    # The Container Engine applies annotations (hooks) and workdir itself; enroot has no
+    # option for either.
+    assert start.writable and start.env and start.not_applied == ("annotations", "workdir")
     box = Container(enroot, user, world / f"state-edf-{built.backend}", "edf")
     box.create(Path(start.image))
     request.addfinalizer(box.remove)
@@ -282,8 +299,7 @@ def test_edf_applies_like_the_container_engine(enroot: Enroot, world: Path, buil
     assert proc.stdout == "host\n"
     assert (scratch / "from-container").read_text() == "container\n"
 
-    read_only = enroot_start({**edf, "writable": False}, {"SCRATCH": str(scratch)},
-                             engine_environment)
+    read_only = enroot_start({**edf, "writable": False}, host, engine_environment)
     probe = box.start("touch", "/probe", options=read_only.options())
     assert probe.returncode != 0 and "Read-only file system" in probe.stderr
 

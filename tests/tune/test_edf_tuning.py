@@ -55,7 +55,8 @@ def test_render_adds_the_mount_and_the_variables_after_the_site(tmp_path):
     assert hashes[0] != hashes[1]
     # What the Container Engine does with it, as enroot options: a read-only bind and
     # the variables over the image's environment.
-    start = enroot_start(after, {"HOME": "/home/u", "SCRATCH": "/scratch/u"},
+    start = enroot_start(after, {"HOME": "/home/u", "SCRATCH": "/scratch/u",
+                                 "PWD": "/scratch/u/run", "USER": "u"},
                          {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/usr/lib"})
     bundle_mount = next(m for m in start.mounts if m.target == MOUNT)
     assert bundle_mount.source == source and bundle_mount.read_only
