@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ..check_context import Context
+from ..check_runner import package_root
 from ..job_rank import free_port
 from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE, LlamaConfig
 from ..model.megatron_run import (
@@ -85,15 +86,11 @@ def run(ctx: Context) -> CheckResult:
     return _gpu_run(ctx, directory)
 
 
-def _package_root() -> str:
-    root = Path(__file__).resolve().parent.parent
-    return str(root.parent)
-
-
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ, **MEGATRON_ENV, **extra)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", ""))
-                                        if p)
+    # The in-image package importable in Megatron's process too (the CPU probe runs from it).
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(package_root()), env.get("PYTHONPATH", "")) if p)
     return env
 
 
