@@ -57,10 +57,12 @@ LABEL_NAMESPACE = "imagebuild."
 VENV = "/opt/venv"
 #: Megatron-LM's checkout in the image (the ReFrame check's MEGATRON_LM_DIR).
 MEGATRON_PREFIX = "/opt/megatron-lm"
-#: What Megatron's build stage needs beyond the recipe's build_packages: its dataset helpers
-#: are a pybind11 extension compiled by megatron/core/datasets/Makefile (g++, make, and the
-#: headers and python3-config of the venv's interpreter).
-MEGATRON_BUILD_PACKAGES = ("g++", "make", "git", "ca-certificates")
+#: What the Megatron, TransformerEngine and rccl-tests stages need beyond the recipe's
+#: build_packages: git fetches the sources (rccl-tests also names the revision in its
+#: binaries), make and g++ build them (Megatron's dataset helpers are a pybind11 extension
+#: built by megatron/core/datasets/Makefile; hipcc's clang compiles rccl-tests' host code
+#: against the C++ standard library g++ brings).
+SOURCE_BUILD_PACKAGES = ("g++", "make", "git", "ca-certificates")
 #: At run time Megatron's rank 0 runs that Makefile again (megatron.core.datasets.utils.
 #: compile_helpers): make, and python3-config for the extension suffix, must be there for
 #: it to find the built helpers up to date instead of failing to compile them.
@@ -71,11 +73,6 @@ RCCL_TESTS_PREFIX = "/opt/rccl-tests"
 #: The benchmarks rccl-tests' src/Makefile builds (BIN_FILES_LIST), each as <name>_perf.
 RCCL_TESTS_COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce",
                           "alltoall", "scatter", "gather", "sendrecv", "alltoallv")
-#: What the rccl-tests stage needs beyond the recipe's build_packages (whose ROCm development
-#: packages bring hipcc, hipify-perl and RCCL's headers): make runs the build, git fetches
-#: the sources (and names the revision in the binaries), and hipcc's clang compiles host
-#: code against the C++ standard library that g++ brings.
-RCCL_TESTS_BUILD_PACKAGES = ("g++", "make", "git", "ca-certificates")
 LIBFABRIC_PREFIX = "/opt/libfabric"
 SITE_CA = "/run/secrets/site-ca"
 

@@ -11,23 +11,22 @@ from typing import Literal
 from imagebuild.errors import RenderError
 from imagebuild.lock.check import display
 from imagebuild.lock.epoch import EPOCH_LABEL
-from imagebuild.lock.model import Lock
-from imagebuild.recipe.model import TE_TORCH_SDIST, Recipe
+from imagebuild.lock.model import Lock, LockedGit
+from imagebuild.recipe.model import TE_TORCH_SDIST, GitSource, Recipe
 from imagebuild.render.layout import (
     HIPBLASLT_CLIENT_RUNTIME_PACKAGES,
     HIPBLASLT_PREFIX,
     IMAGE_MANIFEST,
     LABEL_NAMESPACE,
     LIBFABRIC_PREFIX,
-    MEGATRON_BUILD_PACKAGES,
     MEGATRON_PREFIX,
     MEGATRON_RUNTIME_PACKAGES,
     PLUGIN_RECORD,
     PLUGIN_RUNTIME_PACKAGES,
-    RCCL_TESTS_BUILD_PACKAGES,
     RCCL_TESTS_COLLECTIVES,
     RCCL_TESTS_PREFIX,
     RESERVED_ENV,
+    SOURCE_BUILD_PACKAGES,
 )
 from imagebuild.render.libfabric import LibfabricTarget, libfabric_target
 
@@ -259,17 +258,16 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
     tests = _rccl_tests(recipe, lock)
     added = list(PLUGIN_RUNTIME_PACKAGES if plugin else ())
     added += HIPBLASLT_CLIENT_RUNTIME_PACKAGES if hipblaslt and hipblaslt.clients else ()
-    build = list(recipe.build_packages)
+    wanted: list[str] = []
     if megatron:
         added += [*MEGATRON_RUNTIME_PACKAGES, megatron.python_dev_package]
+    if megatron or engine or tests:
+        wanted += SOURCE_BUILD_PACKAGES
     if megatron or engine:
-        # A C++ compiler and the interpreter's headers: the dataset helpers and the
-        # TransformerEngine extension are compiled against the venv's Python.
-        dev = f"python{recipe.python}-dev"
-        wanted = (*MEGATRON_BUILD_PACKAGES, dev, *(("curl",) if engine else ()))
-        build += [p for p in wanted if p not in build]
-    if tests:
-        build += [p for p in RCCL_TESTS_BUILD_PACKAGES if p not in build]
+        # The interpreter's headers: the dataset helpers and the TransformerEngine
+        # extension are compiled against the venv's Python.
+        wanted += [python_dev_package(recipe), *(("curl",) if engine else ())]
+    build = list(dict.fromkeys([*recipe.build_packages, *wanted]))
     runtime = list(recipe.os_packages)
     added = [p for p in dict.fromkeys(added) if p not in runtime]
     library_path = ([f"{HIPBLASLT_PREFIX}/lib"] if hipblaslt else []) + \
@@ -305,11 +303,9 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
         raise RenderError(f"{display(recipe.path)}: hipblaslt: torch is not pinned in "
                           "wheels.packages, so which libhipblaslt it loads (a .lw wheel links "
                           "the system ROCm's, others bundle their own) cannot be decided")
+    repository, revision = pinned_source(hip.source, source)
     return HipBlasLtPlan(
-        # The lock's URL: a --git-mirror at lock time rewrote it for this site.
-        repository=source.repository if source else hip.source.repository,
-        revision=source.commit if source else hip.source.ref,
-        ref=hip.source.ref, subdir=hip.subdir, targets=";".join(recipe.gpu_targets),
+        repository=repository, revision=revision, ref=hip.source.ref, subdir=hip.subdir, targets=";".join(recipe.gpu_targets),
         clients=hip.clients, tuning_kit=hip.tuning_kit and hip.clients,
         prefix=HIPBLASLT_PREFIX,
         source_dir="/usr/src/hipblaslt" + ("" if hip.subdir == "." else f"/{hip.subdir}"),
@@ -335,10 +331,9 @@ def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
         return None
     source = lock.network_plugin if lock else None
     archive = lock.libfabric if lock else None
+    repository, revision = pinned_source(plugin.source, source)
     return PluginPlan(
-        kind=plugin.kind,
-        repository=source.repository if source else plugin.source.repository,
-        revision=source.commit if source else plugin.source.ref, ref=plugin.source.ref,
+        kind=plugin.kind, repository=repository, revision=revision, ref=plugin.source.ref,
         prefix=plugin_prefix(recipe), libfabric_version=plugin.libfabric.version,
         libfabric_url=archive.url if archive else plugin.libfabric.url,
         libfabric_sha256=archive.sha256 if archive else None,
@@ -346,26 +341,39 @@ def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
         libfabric_target=libfabric_target(recipe))
 
 
+def pinned_source(source: GitSource, locked: LockedGit | None) -> tuple[str, str]:
+    """(repository, revision) a stage fetches: the lock's URL (a --git-mirror at lock time
+    rewrote it for this site) and commit, or the recipe's repository and ref when unlocked
+    (review renders only)."""
+    if locked is None:
+        return source.repository, source.ref
+    return locked.repository, locked.commit
+
+
+def python_dev_package(recipe: Recipe) -> str:
+    """The OS package with the headers and python<X.Y>-config of the venv's interpreter
+    (Debian and Ubuntu naming)."""
+    return f"python{recipe.python}-dev"
+
+
 def _megatron(recipe: Recipe, lock: Lock | None) -> MegatronPlan | None:
     megatron = recipe.megatron
     if not megatron.enabled:
         return None
-    source = lock.megatron if lock else None
+    repository, revision = pinned_source(megatron.source, lock.megatron if lock else None)
     return MegatronPlan(
-        repository=source.repository if source else megatron.source.repository,
-        revision=source.commit if source else megatron.source.ref, ref=megatron.source.ref,
+        repository=repository, revision=revision, ref=megatron.source.ref,
         prefix=MEGATRON_PREFIX, python_config=f"/usr/bin/python{recipe.python}-config",
-        python_dev_package=f"python{recipe.python}-dev")
+        python_dev_package=python_dev_package(recipe))
 
 
 def _rccl_tests(recipe: Recipe, lock: Lock | None) -> RcclTestsPlan | None:
     tests = recipe.rccl_tests
     if not tests.enabled:
         return None
-    source = lock.rccl_tests if lock else None
+    repository, revision = pinned_source(tests.source, lock.rccl_tests if lock else None)
     return RcclTestsPlan(
-        repository=source.repository if source else tests.source.repository,
-        revision=source.commit if source else tests.source.ref, ref=tests.source.ref,
+        repository=repository, revision=revision, ref=tests.source.ref,
         targets=recipe.gpu_targets, rocm_prefix=recipe.rocm_prefix)
 
 

@@ -25,7 +25,7 @@ from imagebuild.lock.lockfile import read_lock
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.context import manifest
 from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile, stage_plan
-from imagebuild.render.layout import RCCL_TESTS_BUILD_PACKAGES, RCCL_TESTS_COLLECTIVES
+from imagebuild.render.layout import RCCL_TESTS_COLLECTIVES, SOURCE_BUILD_PACKAGES
 from imagebuild.render.plan import make_plan
 from tests.render.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
@@ -148,7 +148,7 @@ def test_the_final_stage_copies_checks_and_puts_the_benchmarks_on_path(rocm) -> 
     plan = make_plan(recipe, lock)
     binaries = [f"/opt/rccl-tests/bin/{name}" for name in BINARIES]
     assert set(binaries) <= set(plan.linked_files)
-    assert all(package in plan.build_packages for package in RCCL_TESTS_BUILD_PACKAGES)
+    assert all(package in plan.build_packages for package in SOURCE_BUILD_PACKAGES)
     final = parse_dockerfile(render_dockerfile(plan))["final"]
     assert "COPY --from=rccl-tests /opt/rccl-tests /opt/rccl-tests" in final.instructions
     ldd = next(i for i in final.instructions if " ldd " in i)
