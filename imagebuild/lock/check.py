@@ -43,7 +43,7 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
                         f"run `imagebuild lock {recipe.name}`")
     if not _DIGEST.match(lock.base_digest):
         raise LockError(f"{where}: base-digest {lock.base_digest!r} is not sha256:<64 hex>")
-    for wheel in lock.wheels:
+    for wheel in lock.wheels + lock.sdists:  # sdists: archives the image builds
         if not _SHA256.match(wheel.sha256):
             raise LockError(f"{where}: {wheel.name}: sha256 {wheel.sha256!r} is not 64 hex")
         if not wheel.url.startswith(("https://", "http://", "file://")):
@@ -65,11 +65,6 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
         if built is None or built.version != recipe.transformer_engine.version:
             raise LockError(f"{where}: no {TE_TORCH_SDIST} {recipe.transformer_engine.version} "
                             f"source archive; run `imagebuild lock {recipe.name}`")
-    for sdist in lock.sdists:
-        if not _SHA256.match(sdist.sha256):
-            raise LockError(f"{where}: {sdist.name}: sha256 {sdist.sha256!r} is not 64 hex")
-        if not sdist.url.startswith(("https://", "http://", "file://")):
-            raise LockError(f"{where}: {sdist.name}: url {sdist.url!r} is not http(s)/file")
     if recipe.network_plugin.enabled:
         archive = lock.libfabric
         if archive is None:

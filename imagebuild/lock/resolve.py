@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.requirements import Requirement
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -38,7 +39,7 @@ from imagebuild.lock.model import Lock, LockedArchive, LockedGit
 from imagebuild.lock.requires import PinnedWheel, check_pins_agree
 from imagebuild.lock.sdist import sdist_build_requires, sdist_requires
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
-from imagebuild.recipe.model import ROCM_SELECTOR, TE_TORCH_SDIST, Recipe
+from imagebuild.recipe.model import ROCM_SELECTOR, TE_TORCH_SDIST, GitSource, Recipe
 
 if TYPE_CHECKING:
     from imagebuild.lock.cache import CachedFile, DownloadCache
@@ -174,32 +175,22 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
             wheel["size"] = cache.fetch(wheel["url"],
                                         expected_sha256=wheel["hashes"]["sha256"]).size
 
-    hipblaslt = network_plugin = None
-    libfabric = None
-    if recipe.hipblaslt.enabled:
-        progress(f"git ls-remote {recipe.hipblaslt.source.repository}")
-        hipblaslt = resolve_git(recipe.hipblaslt.source.repository, recipe.hipblaslt.source.ref,
-                                options.git_mirrors)
+    def pin(source: GitSource) -> LockedGit:
+        progress(f"git ls-remote {source.repository}")
+        return resolve_git(source.repository, source.ref, options.git_mirrors)
+
+    hipblaslt = pin(recipe.hipblaslt.source) if recipe.hipblaslt.enabled else None
+    megatron = pin(recipe.megatron.source) if recipe.megatron.enabled else None
+    rccl_tests = pin(recipe.rccl_tests.source) if recipe.rccl_tests.enabled else None
+    network_plugin = libfabric = None
     if recipe.network_plugin.enabled:
         plugin = recipe.network_plugin
-        progress(f"git ls-remote {plugin.source.repository}")
-        network_plugin = resolve_git(plugin.source.repository, plugin.source.ref,
-                                     options.git_mirrors)
+        network_plugin = pin(plugin.source)
         url = mirrored(plugin.libfabric.url, options.git_mirrors)
         progress(f"libfabric {url}")
         known = previous.get(url.rsplit("/", 1)[-1])
         archive = cache.fetch(url, expected_sha256=known)
         libfabric = LockedArchive(url=url, sha256=archive.sha256, size=archive.size)
-    megatron = None
-    if recipe.megatron.enabled:
-        progress(f"git ls-remote {recipe.megatron.source.repository}")
-        megatron = resolve_git(recipe.megatron.source.repository, recipe.megatron.source.ref,
-                               options.git_mirrors)
-    rccl_tests = None
-    if recipe.rccl_tests.enabled:
-        progress(f"git ls-remote {recipe.rccl_tests.source.repository}")
-        rccl_tests = resolve_git(recipe.rccl_tests.source.repository,
-                                 recipe.rccl_tests.source.ref, options.git_mirrors)
     progress(f"base image digest of {recipe.base_image}")
     base_digest = resolve_base_digest(recipe.base_image)
 
@@ -231,7 +222,7 @@ def _source_archives(recipe: Recipe, index: WheelIndex, cache: DownloadCache,
                        "hashes": {"sha256": cached.sha256}}}
     own = canonicalize_name(TE_TORCH_SDIST)
     needs = [r for r in sdist_requires(cached.path) + sdist_build_requires(cached.path)
-             if canonicalize_name(re.split(r"[\s<>=!~;\[(@]", r, maxsplit=1)[0]) != own]
+             if canonicalize_name(Requirement(r).name) != own]
     pins = [f"{name}=={version}" for name, version in engine.wheel_pins()]
     return [entry], tuple(pins + needs)
 
