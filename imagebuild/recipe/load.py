@@ -378,10 +378,16 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
             problem(("wheels", "index_url"), "{family} is only known when rocm_from is wheels")
         index_url = index_url.replace("{family}", family or "")
 
-    for section, what in (("hipblaslt", hip), ("network_plugin", plugin)):
+    megatron = data["megatron"]
+    tests = data["rccl_tests"]
+    # Sources pinned by commit; Megatron alone is plain Python and C++ (a CPU image may
+    # carry it), the others compile against ROCm.
+    git_sections = (("hipblaslt", hip), ("network_plugin", plugin), ("rccl_tests", tests),
+                    ("megatron", megatron))
+    for section, what in git_sections:
         if not what.get("enabled"):
             continue
-        if rocm is None:
+        if rocm is None and section != "megatron":
             problem((section, "enabled"), "needs a ROCm release (rocm is null: CPU-only image)")
         for key in ("repository", "ref"):
             if key not in what:
@@ -403,22 +409,9 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
                     "aws-ofi-rccl does not compile against libfabric 2.x (it uses "
                     "container_of, which libfabric 2 no longer defines); use a 1.x release "
                     "such as 1.22.0, or kind aws-ofi-nccl")
-    megatron = data["megatron"]
-    if megatron.get("enabled"):
-        for key in ("repository", "ref"):
-            if key not in megatron:
-                problem(("megatron", key), "missing (required when megatron.enabled is true)")
-    tests = data["rccl_tests"]
-    if tests.get("enabled"):
-        for key in ("repository", "ref"):
-            if key not in tests:
-                problem(("rccl_tests", key), "missing (required when rccl_tests.enabled is true)")
-        if rocm is None:
-            problem(("rccl_tests", "enabled"), "needs a ROCm release (rocm is null: CPU-only "
-                    "image)")
-        elif not data["gpu_targets"]:
-            problem(("rccl_tests", "enabled"), "needs gpu_targets to list the GPUs to build "
-                    "the benchmarks for (hipcc's default target is the build machine's GPU)")
+    if tests.get("enabled") and rocm is not None and not data["gpu_targets"]:
+        problem(("rccl_tests", "enabled"), "needs gpu_targets to list the GPUs to build "
+                "the benchmarks for (hipcc's default target is the build machine's GPU)")
     engine = data["transformer_engine"]
     if engine.get("enabled"):
         if "version" not in engine:
@@ -429,7 +422,7 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
                 problem(("wheels", "packages", name), "set by transformer_engine.version: "
                         "leave TransformerEngine's packages out of wheels.packages")
     # Megatron's stage needs only a compiler, make and the Python headers, which the plan
-    # adds itself (imagebuild.render.layout.MEGATRON_BUILD_PACKAGES).
+    # adds itself (imagebuild.render.layout.SOURCE_BUILD_PACKAGES).
     builds = [section for section, what in (("hipblaslt", hip), ("network_plugin", plugin))
               if what.get("enabled")]
     if builds and not data["build_packages"]:

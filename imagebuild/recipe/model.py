@@ -164,15 +164,11 @@ class Recipe:
         data["wheels"]["pinned"] = dict(self.wheels.pinned)
         data["env"] = dict(self.env)
         data["labels"] = dict(self.labels)
-        if not self.transformer_engine.enabled:
-            data.pop("transformer_engine")
-        if not self.megatron.enabled:
-            # Absent rather than disabled: recipes without it keep their input hashes.
-            data.pop("megatron")
-        else:
-            data["megatron"]["requirements"] = list(self.megatron.requirements)
-        if not self.rccl_tests.enabled:
-            data.pop("rccl_tests")
+        # Sections added after the first recipes: absent rather than disabled, so recipes
+        # without them keep their input hashes.
+        for key in ("megatron", "transformer_engine", "rccl_tests"):
+            if not getattr(self, key).enabled:
+                data.pop(key)
         return _jsonable(data)
 
     def input_hash(self) -> str:

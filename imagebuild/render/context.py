@@ -82,13 +82,10 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
         if plan.hipblaslt.clients:
             files[plan.hipblaslt.cblas_config] = \
                 (TEMPLATES / plan.hipblaslt.cblas_config).read_text()
-    if plan.megatron is not None:
-        files[plan.megatron.check] = (TEMPLATES / plan.megatron.check).read_text()
-    if plan.rccl_tests is not None:
-        files[plan.rccl_tests.check] = (TEMPLATES / plan.rccl_tests.check).read_text()
-    if plan.transformer_engine is not None:
-        files[plan.transformer_engine.check] = \
-            (TEMPLATES / plan.transformer_engine.check).read_text()
+    # Each stage's build-time check script, bind-mounted into the step that runs it.
+    for stage in (plan.megatron, plan.rccl_tests, plan.transformer_engine):
+        if stage is not None:
+            files[stage.check] = (TEMPLATES / stage.check).read_text()
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
