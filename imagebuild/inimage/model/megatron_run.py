@@ -39,6 +39,10 @@ MEGATRON_ENV = {
 FP8_ARGUMENTS = ("--fp8-format", "hybrid", "--fp8-margin", "0", "--fp8-interval", "1",
                  "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max",
                  "--attention-softmax-in-fp32")
+#: The local (torch) layers without TransformerEngine's or Apex's fused kernels: Megatron's
+#: fused RoPE is theirs (TransformerConfig: "apply_rope_fusion is not available") and
+#: torch's norm refuses persist_layer_norm (torch_norm.WrappedTorchNorm asserts it off).
+LOCAL_ADDED = ("--no-rope-fusion", "--no-persist-layer-norm")
 #: Recompute settings for the train planner's activation checkpointing modes: "selective"
 #: (every other block in the FSDP2 step) recomputes the first half of the blocks.
 RECOMPUTE = {"none": (), "full": ("--recompute-granularity", "full", "--recompute-method",
@@ -128,6 +132,8 @@ def pretrain_arguments(run: MegatronRun) -> list[str]:
         args += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab)]
     if run.tensor_parallel > 1:
         args.append("--sequence-parallel")
+    if run.transformer_impl == "local":
+        args += LOCAL_ADDED
     if run.precision == "fp8":
         args += FP8_ARGUMENTS
     elif run.precision != "bf16":
@@ -158,7 +164,7 @@ def cpu_arguments(gpu_args: list[str]) -> list[str]:
             out += [item, CPU_REPLACEMENTS[item]]
         elif item not in CPU_DROPPED:
             out.append(item)
-    return out + list(CPU_ADDED)
+    return out + [flag for flag in CPU_ADDED if flag not in out]
 
 
 # --- Megatron's output ----------------------------------------------------------------------

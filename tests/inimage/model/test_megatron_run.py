@@ -43,7 +43,8 @@ def megatron_source(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
                               check=True, capture_output=True, text=True).stdout
 
     return {"training": show("megatron/training/training.py"),
-            "pretrain_gpt": show("pretrain_gpt.py")}
+            "pretrain_gpt": show("pretrain_gpt.py"),
+            "arguments": show("megatron/training/arguments.py")}
 
 
 def _field_format(source: str, name: str) -> str:
@@ -146,3 +147,18 @@ def test_the_cpu_list_swaps_only_what_a_cpu_cannot_run() -> None:
     assert value["--transformer-impl"] == "local" and value["--distributed-backend"] == "gloo"
     assert "--bf16" not in cpu and "--use-cpu-initialization" in cpu
     assert value["--hidden-size"] == "4096" and value["--num-layers"] == "32"
+
+
+def test_the_local_layers_run_without_transformerengines_fused_rope(
+        megatron_source: dict[str, str]) -> None:
+    # Newer Megatron (the Swiss AI fork) refuses apply_rope_fusion without TransformerEngine
+    # or Apex; every fork turns it off with --no-rope-fusion (store_false, apply_rope_fusion).
+    # Likewise torch's norm (Megatron's fallback without Apex) asserts persist_layer_norm off.
+    for flag, definition in (
+            ("--no-rope-fusion", r"action='store_false',[^)]*dest='apply_rope_fusion'"),
+            ("--no-persist-layer-norm", r"action='store_true'")):
+        assert re.search(rf"'{flag}', {definition}", megatron_source["arguments"]), flag
+        assert flag in pretrain_arguments(_run(transformer_impl="local"))
+        assert flag not in pretrain_arguments(_run())
+        cpu = cpu_arguments(pretrain_arguments(_run(transformer_impl="local")))
+        assert cpu.count(flag) == 1
