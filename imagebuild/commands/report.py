@@ -15,11 +15,13 @@ from typing import Any
 
 from imagebuild.inimage.run_report import utc_now
 from imagebuild.validate.compare import (
+    PLOT_NEEDS_MATPLOTLIB,
     comparison_notes,
     comparison_rows,
     label,
     load_report,
     plot,
+    plot_available,
 )
 from imagebuild.validate.tuning_rows import tuning_rows
 
@@ -59,9 +61,14 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     for note in comparison_notes(reports):
         console.print(f"[yellow]note:[/] {escape(note)}")
-    if not args.no_plot:
-        path = args.plot or Path("reports") / (
-            f"compare-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.png")
-        plot(reports, labels, path)
-        console.print(f"plot: {path}")
+    if args.no_plot:
+        return 0
+    if args.plot is None and not plot_available():
+        # The default plot is optional output: the core install prints the table and says
+        # why there is no plot; an explicit --plot PATH without matplotlib is an error.
+        console.print(f"plot skipped: {escape(PLOT_NEEDS_MATPLOTLIB)}", soft_wrap=True)
+        return 0
+    path = args.plot or Path("reports") / f"compare-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.png"
+    plot(reports, labels, path)
+    console.print(f"plot: {path}")
     return 0

@@ -216,15 +216,28 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+PLOT_NEEDS_MATPLOTLIB = ("the comparison plot needs matplotlib: pip install 'imagebuild[report]' "
+                         "(or pass --no-plot)")
+
+
+def plot_available() -> bool:
+    """Whether matplotlib (the ``report`` extra) imports here."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def plot(reports: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Path) -> Path:
     """A PNG with one bar chart per numeric key figure, one bar per report."""
     try:
         import matplotlib
+
+        matplotlib.use("Agg")  # no display on clusters and CI
+        import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ValidateError("the comparison plot needs matplotlib: pip install "
-                            "'imagebuild[report]' (or pass --no-plot)") from exc
-    matplotlib.use("Agg")  # no display on clusters and CI
-    import matplotlib.pyplot as plt
+        raise ValidateError(PLOT_NEEDS_MATPLOTLIB) from exc
 
     comparable, _ = tokens_per_s_comparable(reports)
     figures = [f for f in KEY_FIGURES if f.plot

@@ -72,3 +72,40 @@ def test_different_configurations_suppress_tokens_per_s_with_the_reason(
     code = report_command(argparse.Namespace(reports=[a, b], plot=None, no_plot=True))
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "tokens/s not compared: the train steps differ" in out
+
+
+#: A Python that cannot import matplotlib (a core `pip install .` without the report extra).
+NO_MATPLOTLIB = """
+import sys
+
+class NoMatplotlib:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "matplotlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoMatplotlib())
+"""
+
+
+def test_the_core_install_prints_the_table_and_says_why_there_is_no_plot(
+        train_report: dict[str, Any], tmp_path: Path) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(NO_MATPLOTLIB)
+    (tmp_path / "r.json").write_text(json.dumps(train_report))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tmp_path / "site"), str(REPO))),
+               COLUMNS="200")
+
+    def report(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "imagebuild", "report", "r.json", *flags],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    default = report()
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert "train TFLOP/s/GPU" in default.stdout
+    assert "plot skipped" in default.stdout and "imagebuild[report]" in default.stdout
+    assert not (tmp_path / "reports").exists()
+    asked = report("--plot", "compare.png")  # an explicit plot is an error without it
+    assert asked.returncode != 0 and "imagebuild[report]" in asked.stderr
+    assert not (tmp_path / "compare.png").exists()
