@@ -91,6 +91,8 @@ class Engine(ABC):
     backend: str
     #: which progress format ``build`` emits: "buildkit" or "podman"
     progress_format: str
+    #: why ``auto`` chose this engine over the one it prefers ("" when it is the first)
+    selection_note: str = ""
 
     def __init__(self, runner: CommandRunner | None = None):
         self.runner = runner or CommandRunner()

@@ -24,6 +24,15 @@ BACKENDS: tuple[str, ...] = ("auto", "docker", "podman")
 BACKEND_ENV = "IMAGEBUILD_BACKEND"
 
 
+#: Where the docker SDK looks without DOCKER_HOST (docker.utils.DEFAULT_UNIX_SOCKET).
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+def _daemon_address(environ: Mapping[str, str]) -> str:
+    host = environ.get("DOCKER_HOST")
+    return f"DOCKER_HOST={host}" if host else f"{DEFAULT_DOCKER_HOST}, the default (no DOCKER_HOST)"
+
+
 def _docker_engine(runner: CommandRunner, environ: Mapping[str, str], builder: str | None,
                    client: Any = None, for_build: bool = True) -> tuple[DockerEngine | None, str]:
     if for_build:
@@ -38,9 +47,11 @@ def _docker_engine(runner: CommandRunner, environ: Mapping[str, str], builder: s
     try:
         engine.client.ping()
     except EngineError as exc:
-        return None, str(exc)
+        return None, f"{exc} ({_daemon_address(environ)})"
     except Exception as exc:  # noqa: BLE001 - any SDK/transport failure means "unreachable"
-        return None, f"docker daemon not reachable: {exc}"
+        if client is None:
+            engine.client.close()  # the SDK's own connection pool, made for this probe
+        return None, f"docker daemon not reachable at {_daemon_address(environ)}: {exc}"
     if builder and engine.binary is not None:
         inspected = runner.run([engine.binary, "buildx", "inspect", builder])
         if inspected.returncode != 0:
@@ -89,9 +100,12 @@ def open_engine(backend: str | None = None, *, builder: str | None = None,
             return engine
         reasons.append(f"docker: {reason}")
         if backend == "docker" or builder:
-            raise EngineError(f"no usable docker backend: {reason}")
+            raise EngineError(f"no usable docker backend: {reason}; hint: start the daemon, "
+                              "point DOCKER_HOST at it, or pass --backend podman")
     engine_p, reason = _podman_engine(runner, environ)
     if engine_p:
+        if reasons:  # auto passed Docker over: say why (podman builds from a cold cache)
+            engine_p.selection_note = f"docker not used: {reasons[0].removeprefix('docker: ')}"
         return engine_p
     reasons.append(f"podman: {reason}")
     raise EngineError("no container engine available (" + "; ".join(reasons) + ")")

@@ -117,8 +117,12 @@ def test_auto_falls_back_to_podman_when_the_daemon_is_down(tmp_path):
     engine = open_engine("auto", runner=runner, environ=environ,
                          docker_client=FakeSdk(reachable=False))
     assert isinstance(engine, PodmanEngine) and engine.describe() == f"podman 4.3.1 ({podman})"
-    with pytest.raises(EngineError, match="docker daemon not reachable"):
-        open_engine("docker", runner=runner, environ=environ,
+    assert engine.selection_note.startswith("docker not used: docker daemon not reachable at "
+                                            "unix:///var/run/docker.sock, the default")
+    with pytest.raises(EngineError, match="docker daemon not reachable at "
+                                          "DOCKER_HOST=unix:///nonexistent.sock.*--backend podman"):
+        open_engine("docker", runner=runner,
+                    environ={**environ, "DOCKER_HOST": "unix:///nonexistent.sock"},
                     docker_client=FakeSdk(reachable=False))
 
 
@@ -208,3 +212,16 @@ def test_podman_runs_a_container_and_streams_its_output(tmp_path):
     assert said[said.index("--entrypoint") + 1] == "python3"
     assert said[-4:] == ["img:1", "-m", "checks", "--events"]
     assert "/host:/in:ro" in said and "A=1" in said and "/dev/kfd" in said
+
+
+# the SDK's failed connection attempt leaves its socket to the garbage collector
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_unreachable_daemon_is_named_by_the_real_sdk(monkeypatch, tmp_path):
+    """The docker SDK itself against a socket that does not exist: the error names where
+    it looked and what to do, not only the transport's exception."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nonexistent.sock")
+    with pytest.raises(EngineError) as caught:
+        open_engine("docker", for_build=False)
+    message = str(caught.value)
+    assert f"DOCKER_HOST=unix://{tmp_path}/nonexistent.sock" in message
+    assert "hint: start the daemon, point DOCKER_HOST at it, or pass --backend podman" in message
