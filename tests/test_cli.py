@@ -83,3 +83,22 @@ def test_an_in_image_hint_becomes_the_hint_field(capsys: pytest.CaptureFixture[s
     report_error(error)
     assert capsys.readouterr().err.splitlines() == [
         "error: trace.json: no GEMM", "hint: profile with record_shapes=True"]
+
+
+@pytest.mark.parametrize("argv", [
+    # before the lock is even read, so before any build, squash or file written
+    ["build", "rocm-7.0.2", "--squash", "sqsh", "--site", "cscs-bevrin"],
+    ["render", "rocm-7.0.2", "--stdout", "--site", "cscs-bevrin"],
+])
+def test_an_unknown_site_stops_a_command_before_its_work(
+        argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")  # none may open
+    code = main(["-C", str(Path(__file__).resolve().parents[1]), *argv])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.splitlines()[0] == (
+        "error: --site: no site profile 'cscs-bevrin'; did you mean 'cscs-beverin'? "
+        "(known: cscs-beverin, lumi)")
+    assert list(tmp_path.iterdir()) == []

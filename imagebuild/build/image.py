@@ -35,7 +35,7 @@ from imagebuild.engine.build import build_image, resolve_site_ca
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.engine.push import PushedImage, push_image
 from imagebuild.images import BUILD_HASH_LABEL, ImageRef
-from imagebuild.recipe.site import load_site
+from imagebuild.recipe.site import SiteProfile
 from imagebuild.render.context import BuildContext
 
 from .prepare import PreparedBuild
@@ -52,7 +52,9 @@ class BuildOptions:
     site_ca: Path | None = None
     formats: tuple[str, ...] = ()
     output_dir: Path = Path("artifacts")
-    site: str | None = None
+    #: the site profile of the EDF written beside a .sqsh (loaded, so a wrong name stops the
+    #: build before it starts)
+    site: SiteProfile | None = None
     push: str | None = None
     no_cache: bool = False
     compression: Compression = DEFAULT_COMPRESSION
@@ -194,7 +196,8 @@ def _squash(prepared: PreparedBuild, job: ImageJob, image: ImageRef, source: Ima
             scan: InventoryScan, options: BuildOptions, output_dir: Path,
             daemon_ref: str | None, say: Say) -> tuple[tuple[Artifact, ...], bool]:
     key = {"image_id": image.image_id, "formats": list(options.formats),
-           "compression": str(options.compression), "site": options.site}
+           "compression": str(options.compression),
+           "site": options.site.name if options.site else None}
     reused = reusable_artifacts(output_dir, job.name, key)
     if reused is not None:
         say(f"artifacts of {image.image_id[:19]} are up to date in {output_dir}")
@@ -209,7 +212,7 @@ def _squash(prepared: PreparedBuild, job: ImageJob, image: ImageRef, source: Ima
     if options.site and sqsh is not None:
         recipe = prepared.recipe
         artifacts.append(write_edf_beside(
-            sqsh, job.name, load_site(options.site), rocm_version=recipe.rocm,
+            sqsh, job.name, options.site, rocm_version=recipe.rocm,
             workdir=source.config().workdir or None, regenerate=job.edf_regenerate))
     write_record(output_dir, job.name, key, artifacts)
     return tuple(artifacts), True

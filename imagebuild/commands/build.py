@@ -19,6 +19,7 @@ from imagebuild.engine.progress import ProgressDisplay
 from imagebuild.engine.select import BACKENDS, open_engine
 from imagebuild.errors import BuildError
 from imagebuild.recipe.load import load_recipe, project_dir
+from imagebuild.recipe.site import load_site
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,11 +62,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe)
+    # Everything a build can be refused for is checked before it starts: the site profile
+    # is read now, not after the build and squash it would have wasted.
+    site = load_site(args.site, project_dir()) if args.site else None
     options = BuildOptions(
         backend=args.backend, builder=args.builder, site_ca=args.site_ca,
         formats=parse_formats(args.squash) if args.squash else (),
         output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
-        site=args.site, push=args.push, no_cache=args.no_cache,
+        site=site, push=args.push, no_cache=args.no_cache,
         compression=parse_compression(args.compression, args.level, args.block_size),
         read=args.read)
     if args.tuning is not None and args.check_reproducible:

@@ -11,6 +11,7 @@ from imagebuild.errors import RecipeNotFound, RenderError, display_path
 from imagebuild.generated import check, write_all
 from imagebuild.lock.check import current_lock
 from imagebuild.recipe.load import load_recipe, recipe_names
+from imagebuild.recipe.site import load_site
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import generated_dockerfile
 from imagebuild.render.edf import DEFAULT_SITE, generated_edf
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if not names:
         raise RecipeNotFound(f"no recipes in {display_path(project / 'recipes')}")
     recipes = [load_recipe(name, project) for name in names]
+    load_site(args.site, project)  # an unknown --site is an error in every mode
 
     if args.stdout or args.context:
         if len(recipes) != 1:

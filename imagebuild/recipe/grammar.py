@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import re
 
+from imagebuild.recipe.gpu_targets import KNOWN_GPU_TARGETS
+
 ROCM_VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
 PYTHON_VERSION = r"^3\.[0-9]{1,2}$"
 # Debian/Ubuntu package name with an optional =version pin.
 OS_PACKAGE = r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~-]+)?$"
 # PEP 503 normalized project name (the lock and the index use normalized names).
 PROJECT_NAME = r"^[a-z0-9]+([._-][a-z0-9]+)*$"
-# AMD GPU targets with optional feature flags: gfx90a, gfx942, gfx950, gfx90a:xnack+.
-GFX_TARGET = r"^gfx[0-9]{2,4}[a-f]?(:(xnack|sramecc)[+-])*$"
+# AMD GPU targets with optional feature flags: gfx90a, gfx942, gfx950, gfx90a:xnack+; only
+# the processors LLVM knows (gpu_targets.py), so the JSON Schema refuses a typo too.
+GFX_TARGET = rf"^({'|'.join(KNOWN_GPU_TARGETS)})(:(xnack|sramecc)[+-])*$"
 # Variables the image sets itself (the venv, the plugin's library path, the manifest) are
 # not a recipe's to override.
 RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "IMAGEBUILD_MANIFEST", "MEGATRON_LM_DIR")

@@ -281,7 +281,8 @@ def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
             problem(f"expected {s.expected}, got {value!r}"
                     + (f"; did you mean {hint[0]!r}?" if hint else ""))
         elif s.pattern and not grammar.matches(s.pattern, value):
-            problem(f"expected {s.expected}, got {value!r}")
+            why = s.explain(value) if s.explain else None
+            problem(f"{value!r} {why}" if why else f"expected {s.expected}, got {value!r}")
         elif s.check and (why := s.check(value)):
             problem(f"{value!r} {why}")
 

@@ -8,6 +8,7 @@ environment, hook annotations).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -128,8 +129,11 @@ def load_site(name: str, project: Path | None = None) -> SiteProfile:
         return parse_site(path.read_bytes(), f"sites/{name}.yaml")
     shipped = _shipped_sites() / f"{name}.yaml"
     if not shipped.is_file():
-        known = ", ".join(site_names(project)) or "none"
-        raise SquashError(f"--site: no site profile {name!r} (known: {known})")
+        names = site_names(project)
+        hint = difflib.get_close_matches(name, names, n=1)
+        raise SquashError(f"--site: no site profile {name!r}"
+                          + (f"; did you mean {hint[0]!r}?" if hint else "")
+                          + f" (known: {', '.join(names) or 'none'})")
     return parse_site(shipped.read_bytes(), f"imagebuild/data/sites/{name}.yaml")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from imagebuild.recipe import grammar
+from imagebuild.recipe.gpu_targets import unknown_target
 from imagebuild.recipe.site_runtime import (
     CPU_BIND,
     DISTRIBUTION,
@@ -40,7 +41,8 @@ SITE = Obj(
         "name": Str("a site name: lowercase letters, digits, '-' or '.'", grammar.SITE_NAME),
         "description": _TEXT,
         "gpu": Str("the GPU model, like MI300A", free_text=True, nullable=True),
-        "gpu_targets": Seq(Str("an AMD GPU target like gfx942", grammar.GFX_TARGET),
+        "gpu_targets": Seq(Str("an AMD GPU target like gfx942", grammar.GFX_TARGET,
+                                  explain=unknown_target),
                            nullable=True),
         "formats": Seq(Str("an artifact format the site's runtime consumes: sqsh or sif",
                            enum=("sqsh", "sif")), nullable=True),

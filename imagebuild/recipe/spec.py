@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagebuild.recipe import grammar
+from imagebuild.recipe.gpu_targets import unknown_target
 
 #: Newest recipe format this imagebuild reads (top-level ``version:``).
 FORMAT_VERSION = 1
@@ -25,6 +26,9 @@ class Str:
     enum: tuple[str, ...] | None = None
     #: Semantic check beyond the pattern (e.g. PEP 440); returns a problem or None.
     check: Callable[[str], str | None] | None = None
+    #: A closer reason than ``expected`` when the pattern refuses a value (e.g. the nearest
+    #: GPU target to a typo); returns None to keep the general message.
+    explain: Callable[[str], str | None] | None = None
     free_text: bool = False
     nullable: bool = False
 
@@ -144,7 +148,7 @@ RECIPE = Obj(
             },
         ),
         "gpu_targets": Seq(Str("an AMD GPU target like gfx942 (never 'all')",
-                               grammar.GFX_TARGET)),
+                               grammar.GFX_TARGET, explain=unknown_target)),
         "hipblaslt": Obj(fields={
             "enabled": Bool(),
             "repository": REPOSITORY,

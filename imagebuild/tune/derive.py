@@ -195,7 +195,7 @@ def build_derived(prepared: PreparedBuild, base: ImageRef, bundle_dir: Path,
             canonical_digest({"base": base_build_hash, "bundle": digest}),
             log_path=options.output_dir / name / "build.log", target=TUNED_STAGE,
             edf_regenerate=f"imagebuild build {recipe.name} --tuning DIR --squash sqsh "
-                           f"--site {options.site}")
+                           f"--site {options.site.name if options.site else 'SITE'}")
         result = build_and_squash(prepared, job, options, engine=engine, say=say,
                                   progress=counter)
     steps = counter.counts()
