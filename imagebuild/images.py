@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.errors import RecipeNotFound
+from imagebuild.errors import EngineError, RecipeNotFound
 from imagebuild.recipe.load import find_recipe, load_recipe
 from imagebuild.recipe.model import Recipe, short_hash
 
@@ -86,3 +86,11 @@ def resolve_target(target: str, project: Path | None = None) -> Target:
         return Target(image=target, recipe=None)
     recipe = load_recipe(target, project)
     return Target(image=latest_tag(recipe.name), recipe=recipe)
+
+
+def missing_image(ref: str, recipe_name: str | None, backend: str) -> EngineError:
+    """The error for an image the engine does not hold: nothing pulls it implicitly (a
+    multi-GB surprise on a cluster, or a registry the node cannot reach)."""
+    hint = (f"build it first: imagebuild build {recipe_name}" if recipe_name else
+            f"pull it first ({backend} pull {ref}), or name a recipe, a .sqsh or a .sif")
+    return EngineError(f"{backend}: no image {ref!r} here", hint=hint)

@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     tool = find_squash_tool(args.tool) if ("sqsh" in formats or args.sif_method != "apptainer") \
         else None
     engine = open_engine(args.backend, for_build=False)
+    if not engine.image_exists(target.image_ref):
+        raise images.missing_image(target.image_ref, target.recipe, engine.backend)
     source = engine.image_source(target.image_ref, read=args.read)
     scan = None
     if target.recipe:

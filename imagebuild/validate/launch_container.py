@@ -5,6 +5,7 @@ host network and IPC and the GPUs passed through (how is the engine's business).
 from __future__ import annotations
 
 from imagebuild.engine.base import ContainerSpec, Engine, Mount
+from imagebuild.images import missing_image
 from imagebuild.validate.events import EventStream
 from imagebuild.validate.invocation import (
     Invocation,
@@ -35,6 +36,8 @@ def container_spec(target: Target, invocation: Invocation) -> ContainerSpec:
 def run_in_engine(engine: Engine, target: Target, invocation: Invocation,
                   stream: EventStream) -> int:
     """Run the checks in ``engine``; their output goes into ``stream``."""
+    if target.ref is not None and not engine.image_exists(target.ref):
+        raise missing_image(target.ref, target.recipe, engine.backend)
     code = engine.run_container(container_spec(target, invocation), stream.feed)
     stream.close()
     return code

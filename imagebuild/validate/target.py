@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.errors import ValidateError
+
 
 @dataclass(frozen=True)
 class Target:
@@ -24,10 +26,13 @@ def resolve_target(target: str | None, project: Path | None = None) -> Target:
     file: its latest build (imagebuild.images). Anything else: an image reference."""
     if not target:
         return Target("environment")
-    if target.endswith(".sif"):
-        return Target("sif", str(Path(target).resolve()))
-    if target.endswith((".sqsh", ".squashfs")):
-        return Target("sqsh", str(Path(target).resolve()))
+    if target.endswith((".sif", ".sqsh", ".squashfs")):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ValidateError(f"{target}: no such file",
+                                hint="build and squash it first (imagebuild build RECIPE "
+                                     "--squash sqsh,sif), or give a path the node can read")
+        return Target("sif" if target.endswith(".sif") else "sqsh", str(path))
     from imagebuild.images import resolve_target as resolve_image
 
     resolved = resolve_image(target, project)

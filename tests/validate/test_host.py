@@ -30,8 +30,11 @@ from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE, stage
 from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
 
-def test_targets(tmp_path: Path) -> None:
+def test_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = Path(__file__).resolve().parents[2]  # its recipes/ ship rocm-7.0.2
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.sif").touch()
+    (tmp_path / "x.sqsh").touch()
     assert resolve_target(None, repo) == Target("environment")
     assert resolve_target("rocm-7.0.2", repo) == Target(
         "image", "imagebuild/rocm-7.0.2:latest", recipe="rocm-7.0.2")
