@@ -26,8 +26,8 @@ def test_an_image_the_engine_lacks_is_named_with_how_to_get_it(
     err = capsys.readouterr().err.splitlines()
     assert code == 2
     assert err == [f"error: docker: no image '{ABSENT}' here",
-                   f"hint: pull it first (docker pull {ABSENT}), or name a recipe, a .sqsh "
-                   "or a .sif"]
+                   (f"hint: pull it first (docker pull {ABSENT}), or name a recipe, a .sqsh "
+                    "or a .sif")]
     assert not docker_engine.image_exists(ABSENT)  # and nothing was pulled
     assert list(tmp_path.iterdir()) == []
 
