@@ -51,6 +51,9 @@ def register(subparsers: Any) -> None:
     rccl.add_argument("--sweep-results", type=Path, default=None,
                       help="CSV collective,bytes,algorithm,protocol,busbw_gbs[,nNodes,nRanks,"
                            "channels] -> nccl_tuner.conf")
+    rccl.add_argument("--nranks", type=int, default=None,
+                      help="communicator size for per-rank tuning lines (NCCL >= 2.23 "
+                           "form) when the log has no COLL or communicator line to say it")
     rccl.add_argument("--sweep", action="store_true", help="run the sweep here (GPU-only)")
     rccl.set_defaults(func=run_rccl)
 
@@ -98,12 +101,18 @@ def run_rccl(args: argparse.Namespace) -> int:
         print("rccl sweep: skipped: GPU-only (run rccl-tests per algorithm/protocol on the "
               "nodes, then pass --sweep-results)")
     if args.logs:
-        records = rccl.parse_logs(args.logs)
+        records = rccl.parse_logs(args.logs, nranks=args.nranks)
         rccl.write_collectives_csv(records, args.out / "collectives.csv")
         for r in records:
-            print(f"{r.collective:14} {r.bytes:>12} B  x{r.calls:<5} {r.algorithm or '?'}/"
-                  f"{r.protocol or '?'}")
-        print(f"{len(records)} collectives -> {args.out / 'collectives.csv'}")
+            print(f"{r.collective or '?':14} {r.bytes:>12} B  x{r.calls:<5} "
+                  f"{r.algorithm or '?'}/{r.protocol or '?'}"
+                  + (f"  nranks {r.nranks}" if r.nranks else ""))
+        print(f"{len(records)} collectives (whole-buffer bytes) -> "
+              f"{args.out / 'collectives.csv'}")
+        if unnamed := sum(1 for r in records if not r.collective):
+            print(f"note: {unnamed} without a collective name (the name-less tuning lines of "
+                  "NCCL <= 2.21 / RCCL 2.21); log with NCCL_DEBUG_SUBSYS=COLL,TUNING to "
+                  "name them")
     if args.sweep_results:
         points = read_sweep(args.sweep_results)
         args.out.mkdir(parents=True, exist_ok=True)
