@@ -12,6 +12,8 @@
            that load it (<recipe>-tuning.toml); `imagebuild build --tuning` bakes it
            into a derived image instead (<recipe>-tuned.sqsh and .toml)
   rccl     collectives.csv from NCCL/RCCL debug logs; a tuner-plugin config from a sweep
+  te-file  the file TransformerEngine loads (TE_HIPBLASLT_ALGO_LOAD) from a bundle's
+           hipBLASLt results, recorded in the bundle so its EDF/image sets the variable
 
 shapes, gemm and verify are the same code as the image's own `imagebuild tune ...` (its
 shim), so they run in the image where the training runs.
@@ -67,6 +69,21 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--cu-count", type=int, default=None,
                         help="compare with this compute-unit count")
     verify.set_defaults(func=run_verify)
+
+    te_file = sub.add_parser(
+        "te-file", help="the file TransformerEngine loads (TE_HIPBLASLT_ALGO_LOAD), "
+                        "from a bundle's hipBLASLt results")
+    te_file.add_argument("bundle", type=Path, help="tuning bundle directory")
+    te_file.add_argument("--dev-cap", type=int, default=None,
+                         help="HIP device capability major*100+minor (default: from the "
+                              "bundle's GPU architecture, gfx942 -> 904)")
+    te_file.add_argument("--search-depth", type=int, default=None,
+                         help="heuristic candidates TE searches for each tuned algorithm "
+                              "(its aidx + 1; default 256)")
+    te_file.add_argument("--te-layout", choices=("current", "2024"), default="current",
+                         help="TE's file layout: 'current' has the fp8_scale column, "
+                              "'2024' is that of TE builds before it")
+    te_file.set_defaults(func=run_te_file)
 
     edf = sub.add_parser("edf", help="an EDF beside the .sqsh that mounts a bundle")
     edf.add_argument("bundle", type=Path, help="tuning bundle directory")
@@ -164,6 +181,29 @@ def run_verify(args: argparse.Namespace) -> int:
     except ImportError:
         pass
     return host_errors(tuning_command.run_verify)(args)
+
+
+def run_te_file(args: argparse.Namespace) -> int:
+    from imagebuild.inimage.tuning.bundle_format import tuning_env
+    from imagebuild.tune import te_algo
+    from imagebuild.tune.bundle import read_bundle
+
+    bundle = read_bundle(args.bundle)
+    entries = te_algo.te_entries(args.bundle, bundle, args.dev_cap,
+                                 args.search_depth or te_algo.DEFAULT_SEARCH_DEPTH)
+    path = te_algo.write_te_file(args.bundle, bundle, entries, args.te_layout)
+    for e in entries:
+        k = e.key
+        print(f"dev_cap {k.dev_cap}  m={k.m} n={k.n} k={k.k} {k.trans_a}{k.trans_b} "
+              f"{k.type_a}  lda={k.lda} ldb={k.ldb} ldd={k.ldd}  algo_id {e.algo_id}")
+    skipped = len(bundle.problems) - len(entries)
+    print(f"{len(entries)} algorithms -> {path} (TE layout {args.te_layout}"
+          + (f"; {skipped} problems without a hipBLASLt solution or batched" if skipped
+             else "") + ")")
+    env = tuning_env(read_bundle(args.bundle))
+    print(f"loads with TE_HIPBLASLT_ALGO_LOAD={env['TE_HIPBLASLT_ALGO_LOAD']} "
+          "(tune edf, build --tuning and validate --tuning set it)")
+    return 0
 
 
 def run_edf(args: argparse.Namespace) -> int:
