@@ -47,6 +47,7 @@ from pathlib import Path
 from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning.bundle_format import Bundle, ordinal_name, write_bundle
 from imagebuild.inimage.tuning.library_logs import parse_tunableop_row
+from imagebuild.inimage.tuning.te_online import TE_FILE
 
 #: The legend of each layout TE has read, without and with the ``fp8_scale`` column.
 LEGENDS = {
@@ -64,7 +65,6 @@ EPILOGUES = ("-", "bias", "geluaux", "geluauxbias", "dgelu", "dgelubgrad", "bgra
 WS_ANY = (0, 2**64 - 1)
 #: Candidates TE asks the heuristic for when the row's position is unknown.
 DEFAULT_SEARCH_DEPTH = 256
-TE_FILE = "te_hipblaslt_algos.csv"
 _HIPBLASLT_SOLUTION = re.compile(r"^Gemm_Hipblaslt_(?P<index>\d+)$")
 
 
