@@ -1,4 +1,4 @@
-"""``imagebuild tune {shapes,gemm,verify,edf,rccl}``: offline GEMM and RCCL tuning.
+"""``imagebuild tune {shapes,gemm,verify,te-file,edf,rccl}``: offline GEMM and RCCL tuning.
 
   shapes   the GEMM problems of a training step, in hipblaslt-bench terms, as a CSV:
            from a profiled step of the validation model here (--local), a profiler trace,
@@ -35,7 +35,7 @@ from imagebuild.tune.problem import host_errors
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "tune", help="offline GEMM and RCCL tuning (shapes, gemm, rccl, verify)",
+        "tune", help="offline GEMM and RCCL tuning (shapes, gemm, verify, te-file, edf, rccl)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="tune_command", metavar="STEP", required=True)
 
