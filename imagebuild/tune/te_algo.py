@@ -2,9 +2,11 @@
 tuning bundle's hipBLASLt results, and a reader that follows TE's own reading rules.
 
 TE's format and matching, as read in ROCm/TransformerEngine
-``transformer_engine/common/gemm/rocm_gemm.cu`` (class GemmAlgoCache; autotune storage
-introduced by branch ipanfilo/autotune-storage, commit f60583a0, 2024-10-24; the current
-file adds the ``fp8_scale`` column):
+``transformer_engine/common/gemm/rocm_gemm.cu`` (class GemmAlgoCache): the layout "2024"
+as the autotune storage was introduced (branch ipanfilo/autotune-storage, commit f60583a0,
+2024-10-24, pull request 67), the layout "current" as later versions of
+the same file read it, with an ``fp8_scale`` column after ``ldd`` and ``%i`` in
+TE_HIPBLASLT_ALGO_SAVE replaced by the process id:
 
 - the first line is a legend that must equal TE's exactly, else the whole file is refused
   ("Incorrect algo storage legend"): ``dev_cap,m,n,k,trans_a,trans_b,type_a,type_b,
