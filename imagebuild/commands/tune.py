@@ -1,4 +1,4 @@
-"""``imagebuild tune {shapes,gemm,verify,edf,rccl}``: offline GEMM and RCCL tuning.
+"""``imagebuild tune {shapes,gemm,verify,te-file,edf,rccl}``: offline GEMM and RCCL tuning.
 
   shapes   the GEMM problems of a training step, in hipblaslt-bench terms, as a CSV:
            from a profiled step of the validation model here (--local), a profiler trace,
@@ -12,6 +12,8 @@
            that load it (<recipe>-tuning.toml); `imagebuild build --tuning` bakes it
            into a derived image instead (<recipe>-tuned.sqsh and .toml)
   rccl     collectives.csv from NCCL/RCCL debug logs; a tuner-plugin config from a sweep
+  te-file  the file TransformerEngine loads (TE_HIPBLASLT_ALGO_LOAD) from a bundle's
+           hipBLASLt results, recorded in the bundle so its EDF/image sets the variable
 
 shapes, gemm and verify are the same code as the image's own `imagebuild tune ...` (its
 shim), so they run in the image where the training runs.
@@ -33,7 +35,7 @@ from imagebuild.tune.problem import host_errors
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "tune", help="offline GEMM and RCCL tuning (shapes, gemm, rccl, verify)",
+        "tune", help="offline GEMM and RCCL tuning (shapes, gemm, verify, te-file, edf, rccl)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="tune_command", metavar="STEP", required=True)
 
@@ -51,6 +53,9 @@ def register(subparsers: Any) -> None:
     rccl.add_argument("--sweep-results", type=Path, default=None,
                       help="CSV collective,bytes,algorithm,protocol,busbw_gbs[,nNodes,nRanks,"
                            "channels] -> nccl_tuner.conf")
+    rccl.add_argument("--nranks", type=int, default=None,
+                      help="communicator size for per-rank tuning lines (NCCL >= 2.23 "
+                           "form) when the log has no COLL or communicator line to say it")
     rccl.add_argument("--sweep", action="store_true", help="run the sweep here (GPU-only)")
     rccl.set_defaults(func=run_rccl)
 
@@ -64,6 +69,21 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--cu-count", type=int, default=None,
                         help="compare with this compute-unit count")
     verify.set_defaults(func=run_verify)
+
+    te_file = sub.add_parser(
+        "te-file", help="the file TransformerEngine loads (TE_HIPBLASLT_ALGO_LOAD), "
+                        "from a bundle's hipBLASLt results")
+    te_file.add_argument("bundle", type=Path, help="tuning bundle directory")
+    te_file.add_argument("--dev-cap", type=int, default=None,
+                         help="HIP device capability major*100+minor (default: from the "
+                              "bundle's GPU architecture, gfx942 -> 904)")
+    te_file.add_argument("--search-depth", type=int, default=None,
+                         help="heuristic candidates TE searches for each tuned algorithm "
+                              "(its aidx + 1; default 256)")
+    te_file.add_argument("--te-layout", choices=("current", "2024"), default="current",
+                         help="TE's file layout: 'current' has the fp8_scale column, "
+                              "'2024' is that of TE builds before it")
+    te_file.set_defaults(func=run_te_file)
 
     edf = sub.add_parser("edf", help="an EDF beside the .sqsh that mounts a bundle")
     edf.add_argument("bundle", type=Path, help="tuning bundle directory")
@@ -98,12 +118,18 @@ def run_rccl(args: argparse.Namespace) -> int:
         print("rccl sweep: skipped: GPU-only (run rccl-tests per algorithm/protocol on the "
               "nodes, then pass --sweep-results)")
     if args.logs:
-        records = rccl.parse_logs(args.logs)
+        records = rccl.parse_logs(args.logs, nranks=args.nranks)
         rccl.write_collectives_csv(records, args.out / "collectives.csv")
         for r in records:
-            print(f"{r.collective:14} {r.bytes:>12} B  x{r.calls:<5} {r.algorithm or '?'}/"
-                  f"{r.protocol or '?'}")
-        print(f"{len(records)} collectives -> {args.out / 'collectives.csv'}")
+            print(f"{r.collective or '?':14} {r.bytes:>12} B  x{r.calls:<5} "
+                  f"{r.algorithm or '?'}/{r.protocol or '?'}"
+                  + (f"  nranks {r.nranks}" if r.nranks else ""))
+        print(f"{len(records)} collectives (whole-buffer bytes) -> "
+              f"{args.out / 'collectives.csv'}")
+        if unnamed := sum(1 for r in records if not r.collective):
+            print(f"note: {unnamed} without a collective name (the name-less tuning lines of "
+                  "NCCL <= 2.21 / RCCL 2.21); log with NCCL_DEBUG_SUBSYS=COLL,TUNING to "
+                  "name them")
     if args.sweep_results:
         points = read_sweep(args.sweep_results)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -155,6 +181,29 @@ def run_verify(args: argparse.Namespace) -> int:
     except ImportError:
         pass
     return host_errors(tuning_command.run_verify)(args)
+
+
+def run_te_file(args: argparse.Namespace) -> int:
+    from imagebuild.inimage.tuning.bundle_format import tuning_env
+    from imagebuild.tune import te_algo
+    from imagebuild.tune.bundle import read_bundle
+
+    bundle = read_bundle(args.bundle)
+    entries = te_algo.te_entries(args.bundle, bundle, args.dev_cap,
+                                 args.search_depth or te_algo.DEFAULT_SEARCH_DEPTH)
+    path = te_algo.write_te_file(args.bundle, bundle, entries, args.te_layout)
+    for e in entries:
+        k = e.key
+        print(f"dev_cap {k.dev_cap}  m={k.m} n={k.n} k={k.k} {k.trans_a}{k.trans_b} "
+              f"{k.type_a}  lda={k.lda} ldb={k.ldb} ldd={k.ldd}  algo_id {e.algo_id}")
+    skipped = len(bundle.problems) - len(entries)
+    print(f"{len(entries)} algorithms -> {path} (TE layout {args.te_layout}"
+          + (f"; {skipped} problems without a hipBLASLt solution or batched" if skipped
+             else "") + ")")
+    env = tuning_env(read_bundle(args.bundle))
+    print(f"loads with TE_HIPBLASLT_ALGO_LOAD={env['TE_HIPBLASLT_ALGO_LOAD']} "
+          "(tune edf, build --tuning and validate --tuning set it)")
+    return 0
 
 
 def run_edf(args: argparse.Namespace) -> int:

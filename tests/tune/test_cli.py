@@ -46,6 +46,12 @@ def test_shapes_local_profiles_a_cpu_step(tmp_path, capsys):
     assert len(rows) == 15
     assert sum(float(r["time_share"]) for r in rows) == pytest.approx(1.0, abs=1e-4)
     assert (tmp_path / "record" / "trace.json").is_file()
+    # 2 profiled blocks scaled to 32: each block's GEMMs 32 times, the output projection
+    # (vocabulary 2048 of the CPU proxy) once
+    counts = {(r["m"], r["n"], r["k"]): int(r["count"]) for r in rows}
+    assert {c for dims, c in counts.items() if "2048" in dims} == {1}
+    assert {c % 32 for dims, c in counts.items() if "2048" not in dims} == {0}
+    assert "per-block GEMMs scaled to 32" in capsys.readouterr().out
 
 
 def test_shapes_without_source_is_an_error(tmp_path):

@@ -15,8 +15,9 @@ the whole run).
    out as the problem says, the loop calibrated as the gemm check's) and names the kernels
    that ran (torch.profiler's device events), and the second says what TunableOp loaded.
 3. Verdict (tuning/verify.py's judge): in effect when no library said it ignored a file, the
-   override file's ``Git Version`` is the loaded hipBLASLt's, and a problem changed its
-   kernel (or, kernels unknown, got faster beyond noise).
+   override file's ``Git Version`` is the loaded hipBLASLt's, a problem changed its
+   kernel (or, kernels unknown, got faster beyond noise), and no problem got slower beyond
+   the noise of its REPEATS timings (verify.py's docstring defines it).
 
 Rank 0 measures on its GPU (one comparison per job); the other ranks only match.
 """
@@ -146,8 +147,9 @@ def compare(directory: Path, bundle: Bundle, device: str, workdir: Path
         problem = GemmProblem(spec["m"], spec["n"], spec["k"], spec["batch_count"],
                               spec["transA"], spec["transB"], spec["a_type"], spec["a_type"],
                               spec["a_type"], spec["a_type"])
-        rows.append(ProblemComparison(problem, Measurement(b["us"], _kernel(b)),
-                                      Measurement(a["us"], _kernel(a))))
+        rows.append(ProblemComparison(
+            problem, Measurement(b["us"], _kernel(b), tuple(b.get("samples_us") or ())),
+            Measurement(a["us"], _kernel(a), tuple(a.get("samples_us") or ()))))
     reasons = []
     name = bundle.files.get("hipblaslt_override")
     revision = after.get("hipblaslt_git_version")
@@ -182,6 +184,7 @@ def problem_figures(rows: list[ProblemComparison], tunableop: dict[str, Any] | N
                     "after_tflops": round(r.tflops_after, 3), "speedup": round(r.speedup, 4),
                     "kernel_before": r.before.solution, "kernel_after": r.after.solution,
                     "kernel_changed": r.kernel_changed,
+                    "noise": round(r.noise, 4), "slower": r.slower,
                     "tunableop_solution": solutions.get(str(i))})
     return out
 
@@ -382,6 +385,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
                                    min_iters=5, max_iters=200)[0]
                    for _ in range(request["repeats"])]
         rows.append({"us": sorted(samples)[len(samples) // 2] * 1e6,
+                     "samples_us": [t * 1e6 for t in samples],
                      "kernels": _kernels(step, device)})
         del mat1, mat2, out
     lines = [tunableop_line({k: str(v) for k, v in spec.items()} | {

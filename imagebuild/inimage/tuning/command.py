@@ -63,7 +63,7 @@ def print_problems(stats: list[ProblemStat], limit: int) -> None:
 
 def shapes(args: argparse.Namespace) -> tuple[list[ProblemStat], dict[str, Any]]:
     """The problems the arguments point at (ProblemError when there are none)."""
-    from ..model.llama import LLAMA_3_1_8B
+    from ..model.llama_config import LLAMA_3_1_8B
     from . import library_logs, record, trace
     from .step_problems import training_step_problems
 

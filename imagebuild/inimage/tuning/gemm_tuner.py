@@ -286,8 +286,8 @@ DEFAULT_BUNDLE = "tuning/bundle"
 
 def add_gemm_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``imagebuild tune gemm``, the same in an image and on the host."""
-    parser.add_argument("problems", type=Path,
-                        help="problems CSV from `imagebuild tune shapes`")
+    parser.add_argument("problems", type=Path, nargs="?",
+                        help="problems CSV from `imagebuild tune shapes` (not with --te)")
     parser.add_argument("--out", type=Path, default=Path(DEFAULT_BUNDLE),
                         help=f"bundle directory (default {DEFAULT_BUNDLE})")
     parser.add_argument("--method", choices=("auto", "tunableop", "hipblaslt"), default="auto",
@@ -313,6 +313,14 @@ def add_gemm_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device ordinals to copy TunableOp's results for (default 8)")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="exit 0 when there is no GPU to tune on")
+    parser.add_argument("--te", metavar="CMD", default=None,
+                        help="instead of a problems CSV: run CMD (one quoted command line, "
+                             "one process) with TransformerEngine's online GEMM tuning and "
+                             "keep the file TE saves in the bundle (TE_HIPBLASLT_ALGO_LOAD)")
+    parser.add_argument("--te-run-count", type=int, default=None,
+                        help="TE_HIPBLASLT_TUNING_RUN_COUNT for --te (default 20)")
+    parser.add_argument("--te-algo-count", type=int, default=None,
+                        help="TE_HIPBLASLT_TUNING_ALGO_COUNT for --te (default 400)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -330,6 +338,11 @@ def run_gemm(args: argparse.Namespace) -> int:
     """Tune, then bundle (``args`` from add_gemm_arguments). Exit 0: a bundle was written
     (or no GPU, with --allow-cpu); 1: nothing was tuned; ProblemError: bad input."""
     out = Path(args.out)
+    if getattr(args, "te", None) is not None:
+        return run_te(args, out)
+    if args.problems is None:
+        raise ProblemError("tune gemm: no problems CSV\nhint: imagebuild tune gemm "
+                           "tuning/problems.csv (from `tune shapes`), or --te CMD")
     read_csv(Path(args.problems))  # ProblemError naming the line, before any GPU work
     out.mkdir(parents=True, exist_ok=True)
     problems = read_problems(str(args.problems))[: args.top or None]
@@ -383,6 +396,38 @@ def run_gemm(args: argparse.Namespace) -> int:
           f"recipe {bundle.recipe or '?'}, torch {bundle.torch_version}, {bundle.gpu_arch})",
           flush=True)
     return 130 if interrupted else 0
+
+
+def run_te(args: argparse.Namespace, out: Path) -> int:
+    """``--te CMD``: TE's own tuning into the bundle at ``out`` (started here from this
+    GPU's facts when ``out`` has no tuning.json yet)."""
+    import shlex
+
+    from .te_online import DEFAULT_ALGO_COUNT, DEFAULT_RUN_COUNT, run_te_tuning
+
+    if args.problems is not None:
+        raise ProblemError("tune gemm: --te tunes what CMD runs; drop the problems CSV "
+                           f"{args.problems}")
+    new_bundle = None
+    if not (out / "tuning.json").is_file():
+        facts = gpu_facts()
+        if facts["gpu"] is not None:
+            validators = tunableop_validators()
+            new_bundle = Bundle(image_digest=args.image_digest,
+                                recipe=args.recipe or image_recipe(),
+                                hipblaslt_git_version=hipblaslt_revision(validators),
+                                torch_version=str(facts.get("torch")),
+                                gpu_arch=str(facts.get("arch")),
+                                cu_count=int(facts.get("cu_count") or 0))
+        elif args.allow_cpu:
+            print("te: skipped: GPU-only (no GPU visible to torch)", flush=True)
+            return 0
+    path, rows = run_te_tuning(shlex.split(args.te), out, new_bundle,
+                               args.te_run_count or DEFAULT_RUN_COUNT,
+                               args.te_algo_count or DEFAULT_ALGO_COUNT)
+    print(f"te: {rows} tuned GEMMs -> {path} (bundle {out}; loaded with "
+          "TE_HIPBLASLT_ALGO_LOAD)", flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

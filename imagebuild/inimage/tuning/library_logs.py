@@ -10,6 +10,10 @@
   ``GemmTunableOp_<type>_<TA><TB>`` (or ``GemmStridedBatchedTunableOp_``), params
   ``<ta><tb>_<m>_<n>_<k>[_B_<batch>][_ld_<lda>_<ldb>_<ldc>]`` in BLAS (column-major) terms;
   torch < 2.6 wrote ``<ta><tb>_<m>_<n>_<k>`` only. Untuned files list each problem once.
+  ``GemmAndBiasTunableOp_<type>_<TA><TB>`` (a linear with a bias: hipBLASLt's bias
+  epilogue, TunableGemm.h) has the same params; its problem is read as the GEMM it runs,
+  with origin ``tunableop-bias``. Other ops (``ScaledGemmTunableOp_`` for FP8, whose
+  operand types differ) are skipped and counted, never an abort of the whole file.
 """
 
 from __future__ import annotations
@@ -68,9 +72,14 @@ def problems_from_hipblaslt_log(path: Path) -> list[ProblemStat]:
     return aggregate(stats)
 
 
+#: TunableOp ops whose rows name one GEMM in the params form above.
+GEMM_OPS = ("GemmTunableOp_", "GemmStridedBatchedTunableOp_", "GemmAndBiasTunableOp_")
+
+
 def parse_tunableop_row(op: str, params: str) -> GemmProblem | None:
-    """One TunableOp CSV row's problem; None for ops that are not plain GEMMs."""
-    if not op.startswith(("GemmTunableOp_", "GemmStridedBatchedTunableOp_")):
+    """One TunableOp CSV row's problem; None for ops that are not GEMM_OPS or whose
+    params do not read."""
+    if not op.startswith(GEMM_OPS):
         return None
     parts = op.split("_")
     match = _TUNABLE_PARAMS.match(params.strip())
@@ -91,20 +100,28 @@ def parse_tunableop_row(op: str, params: str) -> GemmProblem | None:
 def problems_from_tunableop_csv(path: Path) -> list[ProblemStat]:
     text = _read(path)
     stats: list[ProblemStat] = []
+    skipped: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split(",")
-        if len(fields) < 2 or fields[0] == "Validator" or not line.startswith("Gemm"):
+        if len(fields) < 2 or fields[0] == "Validator" or "TunableOp_" not in fields[0]:
+            continue
+        if not fields[0].startswith(GEMM_OPS):
+            kind = fields[0].split("_", 1)[0]
+            skipped[kind] = skipped.get(kind, 0) + 1
             continue
         problem = parse_tunableop_row(fields[0], fields[1])
         if problem is None:
             raise ProblemError(f"{path}:{number}: cannot read TunableOp row {line[:120]!r}\n"
                             "hint: expected e.g. GemmTunableOp_BFloat16_NT,"
                             "nt_4096_8192_14336_ld_4096_14336_4096")
-        stats.append(ProblemStat(problem, 1, None, "tunableop"))
+        origin = "tunableop-bias" if fields[0].startswith("GemmAndBias") else "tunableop"
+        stats.append(ProblemStat(problem, 1, None, origin))
     if not stats:
-        raise ProblemError(f"{path}: no Gemm*TunableOp rows\nhint: record with "
-                        "PYTORCH_TUNABLEOP_ENABLED=1 PYTORCH_TUNABLEOP_TUNING=0 "
-                        "PYTORCH_TUNABLEOP_RECORD_UNTUNED=1")
+        other = f" (only {', '.join(f'{n} {k}' for k, n in skipped.items())} rows)" \
+            if skipped else ""
+        raise ProblemError(f"{path}: no {'/'.join(o.rstrip('_') for o in GEMM_OPS)} rows"
+                           f"{other}\nhint: record with PYTORCH_TUNABLEOP_ENABLED=1 "
+                           "PYTORCH_TUNABLEOP_TUNING=0 PYTORCH_TUNABLEOP_RECORD_UNTUNED=1")
     return aggregate(stats)
 
 

@@ -26,13 +26,23 @@ RECORD_ENV = {"PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
 
 def record_local(workdir: Path, seq: int | None = None, layers: int | None = None) \
         -> tuple[list[ProblemStat], dict[str, Any]]:
-    """Profile one training step of the validation model in this Python; CPU is fine."""
+    """Profile one training step of the validation model in this Python; CPU is fine.
+    A GPU profiles 2 of Llama-3.1-8B's blocks, a CPU the 2-block proxy; either way the
+    per-block GEMMs are scaled to the model's 32 blocks (step_problems.whole_model), so the
+    ranking is over the whole model's step."""
     from dataclasses import replace
 
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise ProblemError("tune shapes --local: profiling a step needs torch, which this "
+                           "Python lacks\nhint: run it in the image (imagebuild tune shapes "
+                           "--local there), or use --model, --trace, --hipblaslt-log or "
+                           "--tunableop here") from None
 
-    from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE
+    from ..model.llama_config import LLAMA_3_1_8B, LLAMA_CPU_SMOKE
     from .shapes import profile_training_step
+    from .step_problems import whole_model
 
     gpu = torch.cuda.is_available()
     config = LLAMA_3_1_8B.with_layers(2) if gpu else LLAMA_CPU_SMOKE
@@ -43,9 +53,14 @@ def record_local(workdir: Path, seq: int | None = None, layers: int | None = Non
     trace = workdir / "trace.json"
     info = profile_training_step(str(trace), config, seq)
     stats, summary = problems_from_trace(trace)
+    model_layers = LLAMA_3_1_8B.n_layers
+    stats = whole_model(stats, config, seq, model_layers)
+    what = "reduced proxy of Llama-3.1-8B" if not gpu else "Llama-3.1-8B"
     return stats, {**info, **summary, "trace": str(trace),
-                   "note": "reduced proxy of Llama-3.1-8B" if not gpu else
-                   f"{config.n_layers} of 32 Llama-3.1-8B layers"}
+                   "note": f"{what}: {config.n_layers} blocks profiled, per-block GEMMs "
+                           f"scaled to {model_layers} (counts and times x"
+                           f"{model_layers / config.n_layers:g}); the output projection "
+                           "counted once"}
 
 
 def record_command(command: list[str], workdir: Path) -> tuple[list[ProblemStat], dict]:

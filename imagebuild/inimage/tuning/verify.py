@@ -1,7 +1,14 @@
 """Did the tuning take effect? Compare GEMM runs without and with a bundle.
 
-A bundle is in effect when (1) no library said it ignored the file and (2) at least one
-problem ran a different kernel (solution index) or got measurably faster. Libraries that
+A bundle is in effect when (1) no library said it ignored the file, (2) at least one
+problem ran a different kernel (solution index) or got measurably faster, and (3) no
+problem got slower beyond noise: a tuned kernel that loses to the default is a failure,
+named with both timings.
+
+Noise, per problem: each side is timed ``repeats`` times (the median is its time); the
+relative spread of those repeats, (max - min) / median, is how far that run's timings
+wander, so a change is beyond noise only when it exceeds the larger spread of the two
+sides, and never less than NOISE (3 %, the run-to-run variation of a GEMM timing). Libraries that
 ignore a file: TunableOp warns ``Failed validator: <KEY>`` and drops the whole file
 (pytorch/pytorch aten/src/ATen/cuda/tunable/Tunable.cpp); hipBLASLt 6.4-7.x turns the
 override off without a message when the file's ``Git Version`` differs from the library's
@@ -34,6 +41,14 @@ NOISE = 0.03
 class Measurement:
     us: float
     solution: str | None = None  # kernel or solution index that ran, when known
+    samples: tuple[float, ...] = ()  # the repeated timings (us) whose median is ``us``
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the repeated timings; 0 with fewer than two."""
+        if len(self.samples) < 2 or self.us <= 0:
+            return 0.0
+        return (max(self.samples) - min(self.samples)) / self.us
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,19 @@ class ProblemComparison:
     @property
     def speedup(self) -> float:
         return self.before.us / self.after.us
+
+    @property
+    def noise(self) -> float:
+        """Relative change this problem's timings cannot tell from noise."""
+        return max(NOISE, self.before.spread, self.after.spread)
+
+    @property
+    def slower(self) -> bool:
+        return self.after.us > self.before.us * (1 + self.noise)
+
+    @property
+    def faster(self) -> bool:
+        return self.before.us > self.after.us * (1 + self.noise)
 
     @property
     def kernel_changed(self) -> bool | None:
@@ -104,14 +132,20 @@ def judge(rows: list[ProblemComparison], output: str = "",
     if not rows:
         reasons.append("no problem was measured")
     changed = [r for r in rows if r.kernel_changed]
-    faster = [r for r in rows if r.speedup > 1 + NOISE]
+    faster = [r for r in rows if r.faster]
     known = [r for r in rows if r.kernel_changed is not None]
     if rows and known and not changed:
         reasons.append(f"no problem changed its kernel ({len(known)} compared): the tuning "
                        "was not applied")
     elif rows and not known and not faster:
-        reasons.append("no problem got faster by more than "
-                       f"{NOISE:.0%} and the kernels that ran are not known")
+        reasons.append("no problem got faster beyond noise (at least "
+                       f"{NOISE:.0%}) and the kernels that ran are not known")
+    for r in rows:
+        if r.slower:
+            reasons.append(f"{r.problem.label()} is slower with the tuning: "
+                           f"{r.before.us:.1f} us -> {r.after.us:.1f} us "
+                           f"(+{r.after.us / r.before.us - 1:.1%}, beyond the noise of "
+                           f"{r.noise:.1%} of its repeated timings)")
     return Verdict(not reasons, tuple(reasons), tuple(rows))
 
 
@@ -121,7 +155,7 @@ def table(verdict: Verdict) -> list[str]:
     for r in verdict.rows:
         kernel = {None: "?", True: "changed", False: "same"}[r.kernel_changed]
         lines.append(f"{r.problem.label():44} {r.tflops_before:15.1f} {r.tflops_after:8.1f} "
-                     f"{r.speedup:8.2f}x {kernel}")
+                     f"{r.speedup:8.2f}x {kernel}" + ("  SLOWER" if r.slower else ""))
     lines.append("tuning in effect" if verdict.ok else "tuning NOT in effect: "
                  + "; ".join(verdict.reasons))
     return lines

@@ -57,6 +57,30 @@ def test_tunableop_rows_new_and_old_formats(tmp_path):
                      (25088, 4096, 64, 1, "N", "T", "f32_r")}
 
 
+#: Rows as PyTorch writes them for linears with a bias (AMD's "PyTorch TunableOp offline"
+#: blog, rocm.blogs.amd.com/artificial-intelligence/pytorch-tunableop-offline; a results row
+#: of pytorch/pytorch test/test_linalg.py's seeded file) and an FP8 row of another op.
+BIASED = """Validator,PT_VERSION,2.7.0
+GemmAndBiasTunableOp_Half_TN,tn_768_1024_768_ld_768_768_768
+GemmTunableOp_Half_TN,tn_768_1024_768_ld_768_768_768
+GemmAndBiasTunableOp_float_TN,tn_768_32_1024_ld_1024_1024_768,Gemm_Hipblaslt_220580,0.0103395
+ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN,tn_4096_8192_4096_ld_4096_4096_4096_rw_0_0
+"""
+
+
+def test_bias_rows_are_read_and_other_ops_do_not_abort_the_file(tmp_path):
+    path = tmp_path / "tunableop_untuned0.csv"
+    path.write_text(BIASED)
+    stats = {(s.problem.m, s.problem.n, s.problem.k, s.problem.a_type): s
+             for s in problems_from_tunableop_csv(path)}
+    assert set(stats) == {(768, 1024, 768, "f16_r"), (768, 32, 1024, "f32_r")}
+    assert stats[(768, 1024, 768, "f16_r")].count == 2
+    assert stats[(768, 1024, 768, "f16_r")].origin == "tunableop,tunableop-bias"
+    path.write_text("Validator,PT_VERSION,2.7.0\n" + BIASED.splitlines()[-1] + "\n")
+    with pytest.raises(ProblemError, match=r"only 1 ScaledGemmTunableOp rows"):
+        problems_from_tunableop_csv(path)
+
+
 def test_bad_tunableop_row_names_the_line(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("Validator,PT_VERSION,2.7.0\nGemmTunableOp_BFloat16_TN,tn_61x_8192\n")

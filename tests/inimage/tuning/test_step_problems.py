@@ -48,3 +48,20 @@ def test_each_linear_runs_three_gemms_with_its_dimensions():
     params = sum(layer.in_features * layer.out_features * (32 if layer.per_layer else 1)
                  for layer in linears(replace(LLAMA_3_1_8B, vocab_size=32000), fused_qkv=True))
     assert sum(s.count * s.problem.flops for s in stats) == 6 * 8192 * params
+
+
+def output_share(stats, vocab):
+    flops = {s.problem: s.count * s.problem.flops for s in stats}
+    return sum(f for p, f in flops.items() if vocab in (p.m, p.n, p.k)) / sum(flops.values())
+
+
+def test_a_two_block_profile_is_scaled_to_the_whole_model():
+    from imagebuild.inimage.tuning.step_problems import whole_model
+
+    two = LLAMA_3_1_8B.with_layers(2)
+    profile = training_step_problems(two, 8192)
+    assert round(output_share(profile, two.vocab_size), 2) == 0.55  # what ranking saw
+    scaled = whole_model(profile, two, 8192, 32)
+    assert {s.problem: s.count for s in scaled} == \
+        {s.problem: s.count for s in training_step_problems(LLAMA_3_1_8B, 8192)}
+    assert round(output_share(scaled, two.vocab_size), 2) == 0.07

@@ -53,3 +53,32 @@ def test_git_version_rule():
     verdict = judge([row(3100.0, 2600.0, "1", "2")],
                     override_check=git_version_mismatch("Git Version: x", "y"))
     assert not verdict.ok
+
+
+def timed(median, spread_us, kernel):
+    return Measurement(median, kernel, (median - spread_us / 2, median, median + spread_us / 2))
+
+
+def test_a_problem_slower_beyond_noise_fails_and_is_named():
+    other = GemmProblem(4096, 8192, 4096, 1, "T", "N")
+    faster = ProblemComparison(other, timed(1000.0, 5.0, "a"), timed(800.0, 5.0, "b"))
+    slower = ProblemComparison(PROBLEM, timed(3000.0, 30.0, "49257"),
+                               timed(3300.0, 30.0, "73211"))  # +10 %, repeats within 1 %
+    verdict = judge([faster, slower])
+    assert not verdict.ok
+    (reason,) = verdict.reasons
+    assert reason.startswith(f"{PROBLEM.label()} is slower with the tuning: 3000.0 us -> "
+                             "3300.0 us (+10.0%, beyond the noise of 3.0%")
+    assert table(verdict)[2].endswith("SLOWER")
+
+
+def test_slower_within_the_repeats_spread_is_noise():
+    # +10 % but the repeats of the tuned side wander by 20 %: not a finding
+    row_ = ProblemComparison(PROBLEM, timed(3000.0, 30.0, "1"), timed(3300.0, 660.0, "2"))
+    assert abs(row_.noise - 0.2) < 1e-9 and not row_.slower
+    assert judge([row_]).ok
+    # the noise floor holds when repeats agree exactly
+    assert ProblemComparison(PROBLEM, timed(3000.0, 0.0, "1"), timed(3080.0, 0.0, "2")).noise \
+        == 0.03
+    assert judge([ProblemComparison(PROBLEM, timed(3000.0, 0.0, "1"),
+                                    timed(3080.0, 0.0, "2"))]).ok
