@@ -47,6 +47,7 @@ from ..tuning.bundle_format import (
     Bundle,
     Target,
     mismatches,
+    only_defaults,
     read_bundle,
     tuning_env,
 )
@@ -219,6 +220,8 @@ def evaluate(directory: Path, manifest: dict[str, Any] | None, device_index: int
                             f"({matched or 'nothing known to compare'}) and {loads}"), figures)
     rows, extra, reasons, output = compare(directory, bundle, f"cuda:{device_index}",
                                            workdir)
+    if (nothing := only_defaults(directory, bundle)) is not None:
+        reasons = [nothing, *reasons]  # the reason no kernel changes, before that finding
     verdict = judge(rows, output, more_reasons=reasons)
     figures.update(extra)
     figures["per_problem"] = problem_figures(rows, extra.get("tunableop"))

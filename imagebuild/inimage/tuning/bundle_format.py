@@ -235,3 +235,27 @@ def _problem(path: Path, index: int, raw: Any) -> BundleProblem:
                 raise ProblemError(f"{path}: {key}: expected a number or null, got {value!r}")
             values[spec.name] = int(value) if spec.name == "solution_index" else float(value)
     return BundleProblem(**values)
+
+
+#: The solution name TunableOp writes when the library's own choice won (its DefaultGemmOp,
+#: pytorch/pytorch aten/src/ATen/cuda/tunable/TunableGemm.h).
+TUNABLEOP_DEFAULT = "Default"
+
+
+def only_defaults(directory: Path, bundle: Bundle) -> str | None:
+    """Why the bundle changes no kernel, when TunableOp's results are all the library's
+    own choice and no hipBLASLt override comes with them; None otherwise."""
+    if "tunableop" not in bundle.files or "hipblaslt" in bundle.files:
+        return None
+    path = directory / ordinal_name(bundle.files["tunableop"], 0)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    solutions = [fields[2] for fields in (line.split(",") for line in lines)
+                 if len(fields) >= 4 and fields[0] != "Validator"]
+    if not solutions or any(s != TUNABLEOP_DEFAULT for s in solutions):
+        return None
+    return (f"TunableOp kept the library's default GEMM ({TUNABLEOP_DEFAULT!r}) for all "
+            f"{len(solutions)} problems: the bundle changes no kernel here, there is nothing "
+            "to apply")

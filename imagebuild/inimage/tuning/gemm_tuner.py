@@ -44,7 +44,13 @@ from .bench import (
     read_override_file,
     tunableop_line,
 )
-from .bundle_format import Bundle, BundleProblem, ordinal_name, write_bundle
+from .bundle_format import (
+    Bundle,
+    BundleProblem,
+    only_defaults,
+    ordinal_name,
+    write_bundle,
+)
 from .problems import ProblemError, read_csv
 
 RESULTS = "gemm_tuning.json"
@@ -395,6 +401,8 @@ def run_gemm(args: argparse.Namespace) -> int:
     print(f"bundle: {out} ({', '.join(bundle.files)}; {len(bundle.problems)} problems; "
           f"recipe {bundle.recipe or '?'}, torch {bundle.torch_version}, {bundle.gpu_arch})",
           flush=True)
+    if (nothing := only_defaults(out, bundle)) is not None:
+        print(f"note: {nothing}", flush=True)
     return 130 if interrupted else 0
 
 

@@ -1,5 +1,8 @@
 """Comparison of GEMM runs without and with a tuning bundle."""
 
+import pytest
+
+from imagebuild.inimage.tuning.bundle_format import Bundle, only_defaults
 from imagebuild.inimage.tuning.problems import GemmProblem
 from imagebuild.inimage.tuning.verify import (
     Measurement,
@@ -82,3 +85,33 @@ def test_slower_within_the_repeats_spread_is_noise():
         == 0.03
     assert judge([ProblemComparison(PROBLEM, timed(3000.0, 0.0, "1"),
                                     timed(3080.0, 0.0, "2"))]).ok
+
+
+#: TunableOp's results file from `tune gemm` on an NVIDIA H200 (torch 2.11.0+cu130), four
+#: Llama-3.1-8B problems: the library's own choice won every one.
+H200_RESULTS = """Validator,PT_VERSION,2.11.0
+GemmTunableOp_BFloat16_NT,nt_4096_128256_8192_ld_4096_128256_4096,Default,10.9463
+GemmTunableOp_BFloat16_TN,tn_128256_8192_4096_ld_4096_4096_128256,Default,11.0379
+GemmTunableOp_BFloat16_NN,nn_4096_8192_128256_ld_4096_128256_4096,Default,10.6636
+GemmTunableOp_BFloat16_NT,nt_4096_14336_8192_ld_4096_14336_4096,Default,1.31981
+"""
+
+
+@pytest.mark.parametrize(("rows", "files", "expected"), [
+    (H200_RESULTS, {"tunableop": "tunableop_results.csv"}, "for all 4 problems"),
+    (H200_RESULTS.replace("Default,1.31981", "Gemm_Hipblaslt_1_42,1.2"),
+     {"tunableop": "tunableop_results.csv"}, None),
+    (H200_RESULTS, {"tunableop": "tunableop_results.csv", "hipblaslt": "override.txt"}, None),
+    ("Validator,PT_VERSION,2.11.0\n", {"tunableop": "tunableop_results.csv"}, None),
+])
+def test_a_bundle_of_library_defaults_is_named_as_changing_nothing(
+        tmp_path, rows, files, expected) -> None:
+    (tmp_path / "tunableop_results0.csv").write_text(rows)
+    bundle = Bundle(image_digest="", recipe="", hipblaslt_git_version=None,
+                    torch_version="2.11.0+cu130", gpu_arch="NVIDIA H200", cu_count=132,
+                    files=files)
+    found = only_defaults(tmp_path, bundle)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None and expected in found and "changes no kernel" in found
