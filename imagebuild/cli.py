@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from imagebuild import __version__
 from imagebuild.commands import COMMANDS
@@ -82,6 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.project is not None and not Path(args.project).is_dir():
+            raise ImagebuildError(f"-C {args.project}: no such directory",
+                                  hint="name the project directory that holds recipes/")
         with chosen_project(args.project) as project:
             args.project_dir = project
             return int(args.func(args) or 0)

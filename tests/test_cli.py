@@ -102,3 +102,29 @@ def test_an_unknown_site_stops_a_command_before_its_work(
         "error: --site: no site profile 'cscs-bevrin'; did you mean 'cscs-beverin'? "
         "(known: cscs-beverin, lumi)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_list_outside_a_project_is_an_error_not_an_empty_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("IMAGEBUILD_PROJECT", raising=False)
+    assert main(["list"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[0] == f"error: no recipes in {tmp_path / 'recipes'}"
+    assert main(["-C", str(tmp_path / "nonexistent"), "list"]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: -C {tmp_path / 'nonexistent'}: no such directory")
+
+
+def test_list_json_is_the_table_as_data(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    repo = Path(__file__).resolve().parents[1]
+    assert main(["-C", str(repo), "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = sorted(p.stem for p in (repo / "recipes").glob("*.yaml") if not p.stem.startswith("_"))
+    assert [r["recipe"] for r in rows] == names
+    assert all(set(r) == {"recipe", "rocm", "python", "torch", "gpu_targets", "lock"}
+               for r in rows)
