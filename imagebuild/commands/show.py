@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.project_dir)
     status = lock_status(recipe)
-    merged = recipe.to_dict()
+    merged = recipe.as_written
     report: dict = {
         "recipe": recipe.name,
         "file": str(recipe.path),

@@ -476,6 +476,7 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         sources=sources,
         rocm_from=data["rocm_from"],
         gpu_family=family,
+        as_written={k: v for k, v in data.items() if k != "extends"},
     )
 
 

@@ -147,6 +147,10 @@ class Recipe:
     megatron: Megatron = Megatron(False, GitSource("", ""))
     transformer_engine: TransformerEngine = TransformerEngine(False)
     rccl_tests: RcclTests = RcclTests(False, GitSource("", ""))
+    #: The merged recipe in the recipe's own keys, defaults filled in (what ``show``
+    #: prints: every key of it is one a recipe may write); not part of the input hash.
+    as_written: dict[str, Any] = field(default_factory=dict, compare=False, hash=False,
+                                       repr=False)
 
     @property
     def rocm_wheels(self) -> bool:
@@ -161,6 +165,7 @@ class Recipe:
         data = asdict(self)
         data.pop("path")
         data.pop("sources")
+        data.pop("as_written")
         data["wheels"]["pinned"] = dict(self.wheels.pinned)
         data["env"] = dict(self.env)
         data["labels"] = dict(self.labels)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from imagebuild.errors import RecipeNotFound
 from imagebuild.recipe.load import load_recipe, recipe_names
@@ -114,3 +115,21 @@ def test_unknown_recipe_name_suggests_the_closest(tmp_path: Path) -> None:
     write(tmp_path / "recipes", "rocm-7.0.2", PARENT)
     with pytest.raises(RecipeNotFound, match="did you mean 'rocm-7.0.2'"):
         load_recipe("rocm-7.0.3", tmp_path)
+
+
+@pytest.mark.parametrize("name", ["rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1"])
+def test_show_prints_a_recipe_that_loads_back_to_the_same_recipe(
+        name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every key `show` prints is one a recipe may write: its merged view, saved as a
+    recipe of its own (no extends), is the same recipe (same input hash)."""
+    import json
+
+    from imagebuild.cli import main
+
+    repo = Path(__file__).resolve().parents[2]
+    assert main(["-C", str(repo), "show", name, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(shown["merged"]))
+    again = load_recipe(name, tmp_path)
+    assert again.input_hash() == shown["input_hash"]
