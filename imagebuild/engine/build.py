@@ -27,7 +27,12 @@ import tenacity
 
 from imagebuild.engine.base import BuildRequest, Engine
 from imagebuild.engine.docker import DockerEngine
-from imagebuild.engine.progress import BuildEvent, BuildFailure, BuildLogParser
+from imagebuild.engine.progress import (
+    BuildEvent,
+    BuildFailure,
+    BuildLogParser,
+    concise_error,
+)
 from imagebuild.errors import BuildError, EngineError
 from imagebuild.images import ImageRef
 from imagebuild.render.layout import SITE_CA
@@ -152,7 +157,8 @@ def _failure_error(failure: BuildFailure, engine: Engine, log_path: Path,
                    attempts: int) -> BuildError:
     tail = [line for line in failure.tail if line.strip() != failure.message.strip()]
     after = f" (after {attempts} attempts)" if attempts > 1 else ""
-    message = f"image build failed with {engine.backend}{after}: {_shorten(failure.message, 300)}"
+    message = (f"image build failed with {engine.backend}{after}: "
+               f"{_shorten(concise_error(failure.message), 300)}")
     if _TLS_TRUST.search(failure.text):
         message += (f" (a TLS-intercepting proxy? pass its CA bundle with --site-ca PATH "
                     f"or ${SITE_CA_ENV})")

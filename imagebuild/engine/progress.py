@@ -44,7 +44,19 @@ ProgressFormat = Literal["buildkit", "podman"]
 TAIL_LINES = 25
 #: How many earlier error-looking lines are kept beside the tail.
 ERROR_LINES = 5
+#: The widest a step is named in a log line (the instruction is cut, not wrapped).
+LABEL_WIDTH = 100
 _ERRORISH = re.compile(r"\berror\b|\bfatal\b|\bfailed\b|\*\*\*", re.IGNORECASE)
+#: BuildKit's failure line repeats the step's whole command: `process "/bin/sh -c <the
+#: RUN line>" did not complete successfully: exit code: 2` (BuildKit's exec error, as
+#: Docker 20.10 prints it); the step is already named, so only the exit code is news.
+_PROCESS_FAILED = re.compile(r'process "(?:[^"\\]|\\.)*" did not complete successfully: '
+                             r"(exit code: \d+)", re.DOTALL)
+
+
+def concise_error(text: str) -> str:
+    """An engine's error line without the command it repeats."""
+    return _PROCESS_FAILED.sub(r"the command failed (\1)", text)
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,13 @@ class BuildEvent:
             prefix = f"{self.stage} {self.step}" if self.stage else self.step
             return f"{prefix}: {self.instruction}"
         return self.name
+
+    @property
+    def short_label(self) -> str:
+        """The label's first line, cut to LABEL_WIDTH: a RUN instruction is often a
+        thousand characters, and a log line per step must stay one readable line."""
+        first = self.label.splitlines()[0] if self.label else ""
+        return first if len(first) <= LABEL_WIDTH else first[:LABEL_WIDTH - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -362,7 +381,7 @@ class ProgressDisplay:
             self.last_output = ""
             self._step_started[event.step_id] = now
             if not self.live:
-                self._print(f"[{_clock(now - self.started)}] {event.label}")
+                self._print(f"[{_clock(now - self.started)}] {event.short_label}")
         elif event.kind == "output":
             self.last_output = event.text
         elif event.kind == "cached":
@@ -373,6 +392,7 @@ class ProgressDisplay:
                 now - self._step_started.get(event.step_id, now))
             if took >= 10:  # slow steps stay visible, live or not
                 self._print(f"[{_clock(now - self.started)}]   done in {_clock(took)}: "
-                            f"{event.label[:80]}")
+                            f"{event.short_label}")
         elif event.kind == "error":
-            self._print(f"[{_clock(now - self.started)}] FAILED {event.label}: {event.text}")
+            self._print(f"[{_clock(now - self.started)}] FAILED {event.short_label}: "
+                        f"{concise_error(event.text)}")

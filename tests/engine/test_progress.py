@@ -204,3 +204,28 @@ def test_newer_buildx_format():
     assert failure.tail == (("ERROR: Could not find a version that satisfies the requirement "
                             "badpkg==99.0 (from -r requirements.txt)"),)
     assert failure.message.startswith('process "/bin/sh -c pip install')
+
+
+def test_a_long_instruction_is_one_short_line_in_a_plain_log():
+    """Outside a terminal every step is a log line: a thousand-character RUN (the rendered
+    Dockerfiles have them) is cut to the first LABEL_WIDTH characters, failure included."""
+    run = "RUN set -eux; " + " && ".join(f"step{i} --flag value{i}" for i in range(60))
+    stream = io.StringIO()
+    parser = BuildLogParser("buildkit")
+    lines = [f"#5 [builder 2/4] {run}", "#5 0.201 compiling",
+             (f'#5 ERROR: process "/bin/sh -c {run[4:]}" did not complete successfully: '
+              "exit code: 2")]
+    with pytest.raises(SystemExit), ProgressDisplay("rocm-7.0.2", stream=stream, live=False,
+                                                    clock=FakeClock()) as d:
+        for line in lines:
+            for event in parser.feed(line):
+                d(event)
+        raise SystemExit(1)
+    printed = stream.getvalue().splitlines()
+    assert len(run) > 1000
+    assert any(line.endswith("builder 2/4: RUN set -eux; step0 --flag value0 && step1 "
+                             "--flag value1 && step2 --flag value2 && s...")
+               for line in printed)
+    failed = [line for line in printed if "FAILED" in line]
+    assert failed and failed[0].endswith("...: the command failed (exit code: 2)")
+    assert max(len(line) for line in printed) <= 160
