@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -75,8 +76,20 @@ def report_error(exc: ImagebuildError) -> None:
         print(f"hint: {exc.hint}", file=sys.stderr)
 
 
+def _show_warnings() -> None:
+    """imagebuild's own log warnings (a network retry, say) on stderr, one line each;
+    other libraries' loggers stay as they are."""
+    log = logging.getLogger("imagebuild")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("imagebuild: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _show_warnings()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -11,6 +11,7 @@ attempt) and IMAGEBUILD_HTTP_TIMEOUT (seconds, or "CONNECT,READ"), else the defa
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -30,6 +31,8 @@ ENV_RETRIES = "IMAGEBUILD_HTTP_RETRIES"
 ENV_TIMEOUT = "IMAGEBUILD_HTTP_TIMEOUT"
 
 T = TypeVar("T")
+#: Retries are logged here; the CLI shows this logger's warnings on stderr.
+LOG = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- policy
@@ -209,9 +212,19 @@ class HttpClient:
         return cls(session, HttpPolicy.resolve(retries=retries, timeout=timeout,
                                                backoff=backoff))
 
-    def retrying(self) -> tenacity.Retrying:
+    def retrying(self, label: str = "") -> tenacity.Retrying:
         p = self.policy
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            # A retry is news: without it a dead index looks like a hung command.
+            failure = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            LOG.warning("%s: %s; retry %d of %d in %.0f s", label or "request",
+                        describe(failure, p) if failure else "failed", state.attempt_number,
+                        p.attempts - 1, wait)
+
         return tenacity.Retrying(
+            before_sleep=before_sleep,
             stop=tenacity.stop_after_attempt(p.attempts),
             # backoff * 2**n plus jitter up to one backoff, so that parallel clients spread
             # (spelled out: wait_exponential_jitter's arguments changed across tenacity 8/9).
@@ -222,13 +235,13 @@ class HttpClient:
             sleep=self._sleep,
         )
 
-    def attempt(self, once: Callable[[], T]) -> T:
+    def attempt(self, once: Callable[[], T], label: str = "") -> T:
         """Call ``once`` until it succeeds, a failure is final, or the attempts run out;
         an HTTP or network failure then leaves as ``GaveUp``. Other exceptions (an
         ImagebuildError raised by ``once``, KeyboardInterrupt) pass through at once."""
         attempts = 0
         try:
-            for attempt in self.retrying():
+            for attempt in self.retrying(label):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
                     return once()
@@ -240,7 +253,7 @@ class HttpClient:
     def run(self, url: str, what: str, error: type[ImagebuildError], once: Callable[[], T]) -> T:
         """``attempt``, with the last failure as one ``error`` line naming ``what`` and ``url``."""
         try:
-            return self.attempt(once)
+            return self.attempt(once, f"{what} {url}")
         except GaveUp as exc:
             tries = f" after {exc.attempts} attempts" if exc.attempts > 1 else ""
             kind = getattr(exc.cause, "error", None) or error

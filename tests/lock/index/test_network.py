@@ -17,10 +17,17 @@ def listing(server: IndexServer) -> WheelIndex:
     return WheelIndex(server.url, **FAST)
 
 
-def test_503_then_success_is_retried(rocm_index: IndexServer) -> None:
+def test_503_then_success_is_retried(rocm_index: IndexServer,
+                                     caplog: pytest.LogCaptureFixture) -> None:
     rocm_index.inject("/", Fault.http_status(503, times=2))
-    assert listing(rocm_index).files()
+    with caplog.at_level("WARNING", logger="imagebuild.http"):
+        assert listing(rocm_index).files()
     assert [r.status for r in rocm_index.requests_for("/")] == [503, 503, 200]
+    # each retry is said as it happens (a dead index must not look like a hung command)
+    said = [r.getMessage() for r in caplog.records if r.name == "imagebuild.http"]
+    assert len(said) == 2
+    assert said[0].startswith(f"wheel index {rocm_index.url}: HTTP 503 Service Unavailable; "
+                              f"retry 1 of {RETRIES} in ")
 
 
 @pytest.mark.parametrize("fault", [Fault.reset(), Fault.stall(5 * READ_TIMEOUT)],
