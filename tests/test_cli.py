@@ -128,3 +128,23 @@ def test_list_json_is_the_table_as_data(capsys: pytest.CaptureFixture[str]) -> N
     assert [r["recipe"] for r in rows] == names
     assert all(set(r) == {"recipe", "rocm", "python", "torch", "gpu_targets", "lock"}
                for r in rows)
+
+
+def test_sites_lists_the_shipped_profiles_and_the_projects_own(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    shipped = sorted(p.stem for p in (COMMANDS.parent / "data" / "sites").glob("*.yaml"))
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "sites" / "mysite.yaml").write_text(
+        "name: mysite\ndescription: a cluster of our own\ngpu: MI300X\n"
+        "gpu_targets: [gfx942]\nformats: [sqsh]\n")
+    assert main(["-C", str(tmp_path), "sites", "--json"]) == 0
+    profiles = {p["site"]: p for p in json.loads(capsys.readouterr().out)}
+    assert sorted(profiles) == sorted([*shipped, "mysite"])
+    assert profiles["mysite"]["source"] == "sites/mysite.yaml"
+    assert profiles["mysite"]["gpu_targets"] == ["gfx942"]
+    assert main(["-C", str(tmp_path), "sites"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["SITE", "GPU", "TARGETS", "FORMATS", "NETWORK", "FROM"]
+    assert any(line.startswith("mysite ") and "MI300X" in line for line in table)

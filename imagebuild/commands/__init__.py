@@ -17,4 +17,5 @@ COMMANDS = [
     "ci",
     "schema",
     "tune",
+    "sites",
 ]
