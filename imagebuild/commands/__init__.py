@@ -18,4 +18,5 @@ COMMANDS = [
     "schema",
     "tune",
     "sites",
+    "clean",
 ]
