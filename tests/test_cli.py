@@ -148,3 +148,30 @@ def test_sites_lists_the_shipped_profiles_and_the_projects_own(
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["SITE", "GPU", "TARGETS", "FORMATS", "NETWORK", "FROM"]
     assert any(line.startswith("mysite ") and "MI300X" in line for line in table)
+
+
+def test_every_command_and_option_explains_itself_in_plain_text() -> None:
+    """--help of every command and subcommand has a description, every option a help
+    text, and no reStructuredText markup from the docstrings."""
+    import argparse
+
+    from imagebuild.cli import build_parser
+
+    def parsers(parser: argparse.ArgumentParser, path: tuple[str, ...]):
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from parsers(sub, (*path, name))
+
+    problems = []
+    for path, parser in parsers(build_parser(), ("imagebuild",)):
+        command = " ".join(path)
+        if not parser.description:
+            problems.append(f"{command}: no description")
+        problems += [f"{command} {a.option_strings or a.dest}: no help"
+                     for a in parser._actions if not a.help and not isinstance(
+                         a, (argparse._HelpAction, argparse._SubParsersAction))]
+        if "``" in parser.format_help():
+            problems.append(f"{command}: reStructuredText in --help")
+    assert problems == []

@@ -79,8 +79,10 @@ def register(subparsers: Any) -> None:
     batch.add_argument("--gpus-per-node", type=int, default=None,
                        help="ranks and GPUs per node (default 8; 4 on MI300A nodes)")
     batch.add_argument("--time", default="00:30:00", help="wall time (default 00:30:00)")
-    batch.add_argument("--partition", default=None)
-    batch.add_argument("--account", default=None)
+    batch.add_argument("--partition", default=None,
+                       help="SLURM partition of the job (#SBATCH --partition)")
+    batch.add_argument("--account", default=None,
+                       help="SLURM account charged for the job (#SBATCH --account)")
     batch.add_argument("--environment", default=None,
                        help="Container Engine environment (EDF name or path) for srun")
     batch.add_argument("--ntasks-per-node", type=int, default=None,
