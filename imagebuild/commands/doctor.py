@@ -87,7 +87,8 @@ def image_needs(target: str | None, root: Path, project: Path | None) -> tuple[I
 
 
 def in_image_findings(ref: str) -> list[Finding]:
-    """The in-image part (SMI libraries, mounts) in a throwaway container of ``ref``."""
+    """The in-image part in a throwaway container of ``ref``: the SMI libraries (what the
+    container's mounts show here is this engine's, not the cluster launcher's)."""
     from imagebuild.engine.select import open_engine
     from imagebuild.inimage.doctor.finding import skipped
     from imagebuild.render.layout import CHECKS_IMPORT_NAME
@@ -96,8 +97,7 @@ def in_image_findings(ref: str) -> list[Finding]:
         ref, ["python3", "-m", CHECKS_IMPORT_NAME, "doctor", "--json", "-"])
     try:
         document = json.loads(result.output[result.output.index("{"):])
-        items = {"smi", "rocm-binds"}
-        return [Finding(**f) for f in document["findings"] if f["item"] in items]
+        return [Finding(**f) for f in document["findings"] if f["item"] == "smi"]
     except (ValueError, KeyError, TypeError):
         return [skipped("smi", f"the image's checks have no doctor (built before it; exit "
                                f"{result.exit_code}): rebuild, or run it on the node")]
@@ -119,9 +119,8 @@ def doctor_findings(args: argparse.Namespace, needs: ImageNeeds, kind: str,
         settings = inside_image(settings)
     findings = run_doctor(needs, settings)
     if kind == "image" and args.in_image:
-        replacing = {f.item: f for f in in_image_findings(str(args.target))}
-        findings = [replacing.get(f.item, f) if f.status == SKIP or f.item == "smi" else f
-                    for f in findings]
+        inside = {f.item: f for f in in_image_findings(str(args.target))}
+        findings = [inside.get(f.item, f) for f in findings]
     return findings
 
 

@@ -9,17 +9,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.inimage.doctor.libfabric import FabricSettings
+from imagebuild.inimage.doctor.miopen import expand
 from imagebuild.inimage.doctor.run import DoctorSettings
 from imagebuild.recipe.site import SiteProfile
 from imagebuild.recipe.site_runtime import site_binds, site_env
-from imagebuild.validate.site_defaults import expand_refs
 
 
 def doctor_settings(site: SiteProfile | None, environ: Mapping[str, str], root: Path,
                     bind_host_rocm: bool | None = None, libfabric_dir: str | None = None
                     ) -> DoctorSettings:
     env = dict(environ)
-    env.update({key: expand_refs(value, environ) for key, value in site_env(site).items()})
+    env.update({key: expand(value, dict(environ)) for key, value in site_env(site).items()})
     policy = site.libfabric if site else None
     return DoctorSettings(
         root=root, env=env, in_image=False,

@@ -61,7 +61,7 @@ def test_inside_the_image_it_reads_the_trees_manifest(tmp_path: Path,
     code, out, _ = run_cli(capsys, "doctor", "--root", str(case.root))
     assert code == 1
     assert "doctor: rocm-6.4.4 (ROCm 6.4.4, gfx90a, gfx942)" in out
-    assert "FAIL  smi" in out and "two copies of one SMI library" in out
+    assert "FAIL  smi" in out and "two copies of amd_smi" in out
 
 
 def test_no_target_outside_an_image_is_bad_input(tmp_path: Path,

@@ -46,7 +46,7 @@ def check(node: Node, env: dict[str, str]) -> Finding:
             problems.append(f"{where}, shared between nodes")
         elif "ro" in mount.options or mount.fstype == "squashfs":
             problems.append(f"{where}, read-only")
-        else:
+        elif f"{path} on {mount.fstype}" not in places:
             places.append(f"{path} on {mount.fstype}")
     if problems:
         return failed(ITEM, "; ".join(problems), "set MIOPEN_USER_DB_PATH and "

@@ -41,8 +41,9 @@ def check(node: Node, needs: ImageNeeds, env: dict[str, str]) -> Finding:
     kind = "APU (MI300A-like)" if apu else "GPU"
     if retry is None:
         return skipped(ITEM, "amdgpu.noretry not readable (/sys/module/amdgpu/parameters)")
+    noretry = node.noretry()
     mode = "XNACK possible (amdgpu.noretry=0)" if retry else \
-        f"XNACK off (amdgpu.noretry={node.noretry()})"
+        f"XNACK off (amdgpu.noretry={noretry}{', the driver default' if noretry == -1 else ''})"
     forced = sorted({t.split(":", 1)[1] for t in needs.gpu_targets if ":" in t})
     if "xnack+" in " ".join(forced) and not retry:
         return failed(ITEM, f"{kind}: {mode}, but the image's code is built for xnack+ only",
