@@ -99,8 +99,11 @@ def in_image_findings(ref: str) -> list[Finding]:
         document = json.loads(result.output[result.output.index("{"):])
         return [Finding(**f) for f in document["findings"] if f["item"] == "smi"]
     except (ValueError, KeyError, TypeError):
-        return [skipped("smi", f"the image's checks have no doctor (built before it; exit "
-                               f"{result.exit_code}): rebuild, or run it on the node")]
+        last = (result.output.strip().splitlines() or ["no output"])[-1][-160:]
+        return [skipped("smi", f"the in-image part did not run (exit {result.exit_code}: "
+                               f"{last}); an image built before the doctor, or without "
+                               f"python3: run `python -m imagebuild_checks doctor` inside "
+                               f"it on the node")]
 
 
 def doctor_findings(args: argparse.Namespace, needs: ImageNeeds, kind: str,
