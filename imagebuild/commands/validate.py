@@ -168,7 +168,7 @@ def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) 
                       partition=args.partition, account=args.account,
                       environment=args.environment,
                       report_path=str(Path(args.report).resolve()) if args.report else None,
-                      mount_checks=args.mount_checks)
+                      mount_checks=args.mount_checks, doctor=getattr(args, "doctor", True))
 
 
 def runner_values(args: argparse.Namespace, defaults: SiteDefaults, launcher: str

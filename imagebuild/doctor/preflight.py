@@ -3,7 +3,8 @@ failed item) stops the run before the GPU checks burn allocation, with the reaso
 
 Only where the checks will meet this node's AMD GPUs: not with --cpu, not on a machine
 without them (the doctor's items are about AMD's driver and libraries), and not for an
-sbatch script written here for other nodes (its job runs ``imagebuild doctor`` itself).
+sbatch script written here for other nodes (its job runs the doctor in the image on each
+node before the checks: imagebuild.validate.launch_sbatch).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def why_not(gpus: str, launcher: str, cpu: bool) -> str | None:
     if cpu:
         return "--cpu: no GPU checks to protect"
     if launcher == "sbatch":
-        return "the job runs on other nodes: run `srun -N1 imagebuild doctor` there"
+        return ("the job runs on other nodes: the sbatch script runs the doctor in the image on "
+                "each of them first (or `srun -N1 imagebuild doctor` there)")
     if gpus != "rocm":
         return f"no AMD GPUs here (--gpus {gpus})"
     return None
