@@ -50,18 +50,21 @@ def _release_key(directory: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", release))
 
 
+def cray_releases(root: Path, loader: Loader) -> list[str]:
+    """The /opt/cray/libfabric/<release>/lib64 directories holding a libfabric, newest first."""
+    found = ["/" + str(Path(p).relative_to(root)) for p in glob.glob(str(root / CRAY_GLOB.lstrip("/")))]
+    return [d for d in sorted(found, key=_release_key, reverse=True)
+            if loader.exists(f"{d}/{SONAME}")]
+
+
 def host_library(root: Path, settings: FabricSettings, loader: Loader) -> str | None:
     """The host's libfabric.so.1 (a path in root): the site's directory, else the newest
     /opt/cray/libfabric release, else what the system loader finds."""
     if settings.library_dir:
         path = f"{settings.library_dir.rstrip('/')}/{SONAME}"
         return path if loader.exists(path) else None
-    releases = sorted((str(Path(p).relative_to(root)) for p in glob.glob(str(root / CRAY_GLOB.lstrip("/")))),
-                      key=_release_key)
-    for directory in reversed(releases):
-        if loader.exists(f"/{directory}/{SONAME}"):
-            return f"/{directory}/{SONAME}"
-    return loader.find(SONAME)
+    releases = cray_releases(root, loader)
+    return f"{releases[0]}/{SONAME}" if releases else loader.find(SONAME)
 
 
 def check(root: Path, needs: ImageNeeds, settings: FabricSettings, env: dict[str, str]
@@ -95,9 +98,12 @@ def check(root: Path, needs: ImageNeeds, settings: FabricSettings, env: dict[str
     if library is None:
         looked = settings.library_dir or f"{CRAY_GLOB} and the system library directories"
         status = failed if settings.provided_by == "site" else warned
+        found = cray_releases(root, loader) if settings.library_dir else []
+        fix = (f"this node has {', '.join(found)}: set libfabric.library_dir to one of them "
+               "(a project's sites/<site>.yaml)" if found else "set the site profile's "
+               "libfabric.library_dir to the host's libfabric, or bind it into the job")
         return status(ITEM, f"no {SONAME} found (looked in {looked}); the plugin needs "
-                      f"{', '.join(sorted(tags, key=tag_key))}", "set the site profile's "
-                      "libfabric.library_dir to the host's libfabric, or bind it into the job")
+                      f"{', '.join(sorted(tags, key=tag_key))}", fix)
     try:
         defined = set(read_dynamic(root / resolve(root, library).lstrip("/")).defines)
     except ElfError as exc:

@@ -16,7 +16,7 @@ from imagebuild.recipe.site import load_site
 from tests.inimage.doctor.conftest import CASES, NodeCase
 
 
-def doctor(case: NodeCase) -> dict[str, tuple[str, str]]:
+def doctor(case: NodeCase) -> dict[str, tuple[str, str, str]]:
     site = load_site(case.site) if case.site else None
     settings = doctor_settings(site, case.env, case.root)
     if case.in_image:
@@ -24,14 +24,16 @@ def doctor(case: NodeCase) -> dict[str, tuple[str, str]]:
                            fabric=replace(settings.fabric, in_image=True))
     findings = run_doctor(needs_from_manifest(case.manifest), settings)
     assert [f.item for f in findings] == list(ITEMS)
-    return {f.item: (f.status, f.reason) for f in findings}
+    return {f.item: (f.status, f.reason, f.fix) for f in findings}
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_case(name: str, node_cases: dict[str, NodeCase]) -> None:
     case = node_cases[name]
     result = doctor(case)
-    for item, (status, reason) in result.items():
+    fixes = " ".join(fix for _, _, fix in result.values())
+    assert case.expect.get("fix_contains", "") in fixes
+    for item, (status, reason, _) in result.items():
         wanted = case.expect.get(item)
         if wanted:
             assert status == wanted, f"{item}: {status} ({reason})"
@@ -42,7 +44,7 @@ def test_case(name: str, node_cases: dict[str, NodeCase]) -> None:
 def test_a_failed_item_makes_the_exit_code_1(node_cases: dict[str, NodeCase]) -> None:
     from imagebuild.inimage.doctor.finding import Finding
 
-    statuses = {name: [Finding(i, s, r) for i, (s, r) in doctor(node_cases[name]).items()]
+    statuses = {name: [Finding(i, s, r, f) for i, (s, r, f) in doctor(node_cases[name]).items()]
                 for name in ("healthy-lumi", "xnack-off-beverin")}
     assert exit_code(statuses["healthy-lumi"]) == 0
     assert exit_code(statuses["xnack-off-beverin"]) == 1
