@@ -148,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
     from imagebuild.files import atomic_output
 
     root = Path(args.root)
+    if not root.is_dir():
+        raise ValidateError(f"doctor --root {root}: not a directory",
+                            hint="--root names a tree holding a node's sys/ and proc/ "
+                            "(default /)")
     needs, kind = image_needs(args.target, root, getattr(args, "project_dir", None))
     findings = doctor_findings(args, needs, kind, dict(os.environ))
     console = Console()

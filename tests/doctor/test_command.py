@@ -71,6 +71,12 @@ def test_no_target_outside_an_image_is_bad_input(tmp_path: Path,
     assert "no target and no" in err and "hint: name a recipe or an image" in err
 
 
+def test_a_root_that_is_not_a_directory_is_bad_input(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "doctor", "rocm-6.4.4", "--root", str(tmp_path / "nope"))
+    assert code == 2 and "--root" in err and "not a directory" in err
+
+
 def test_validate_stops_before_the_gpu_checks_on_a_failed_item(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
