@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 
+import imagebuild
 from imagebuild.cli import main
 from imagebuild.doctor.preflight import why_not
 from tests.inimage.doctor.conftest import build_case
+
+SCHEMA = json.loads((Path(imagebuild.__file__).parent / "data/doctor-report.schema.json")
+                    .read_text())
+
+
+def assert_valid(document: dict[str, Any]) -> None:
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(document)]
+    assert not errors, errors
+    assert document["counts"] == {s: sum(f["status"] == s for f in document["findings"])
+                                  for s in ("pass", "warn", "fail", "skip")}
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -30,6 +44,7 @@ def test_a_healthy_lumi_node_passes_a_shipped_recipe(tmp_path: Path,
     assert "PASS  libfabric   the host has /opt/cray/libfabric/1.22.0/lib64/libfabric.so.1 " \
            "(up to FABRIC_1.7); the plugin needs FABRIC_1.7" in out
     document = json.loads(report.read_text())
+    assert_valid(document)
     assert document["ok"] is True and document["target"] == "recipe"
     assert [f["item"] for f in document["findings"]][:3] == ["driver", "gfx", "xnack"]
 
@@ -52,7 +67,9 @@ def test_a_node_the_image_has_no_code_for_fails(tmp_path: Path,
     assert code == 1, out
     assert "FAIL  gfx" in out and "node has gfx90a" in out
     assert "fix: add gfx90a to the recipe's gpu_targets and rebuild" in out
-    assert json.loads(report.read_text())["counts"]["fail"] == 1
+    document = json.loads(report.read_text())
+    assert_valid(document)
+    assert document["counts"]["fail"] == 1 and document["ok"] is False
 
 
 def test_inside_the_image_it_reads_the_trees_manifest(tmp_path: Path,
@@ -62,6 +79,14 @@ def test_inside_the_image_it_reads_the_trees_manifest(tmp_path: Path,
     assert code == 1
     assert "doctor: rocm-6.4.4 (ROCm 6.4.4, gfx90a, gfx942)" in out
     assert "FAIL  smi" in out and "two copies of amd_smi" in out
+
+
+def test_the_schema_refuses_an_unknown_status() -> None:
+    bad = {"schema": 1, "tool": "imagebuild doctor", "image": "x", "rocm": None, "root": "/",
+           "ok": True, "counts": {"pass": 0, "warn": 0, "fail": 0, "skip": 0},
+           "findings": [{"item": "gfx", "status": "maybe", "reason": "r", "fix": ""}]}
+    with pytest.raises(AssertionError):
+        assert_valid(bad)
 
 
 def test_no_target_outside_an_image_is_bad_input(tmp_path: Path,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from imagebuild.validate.stage_checks import IMAGE_PACKAGE, stage
+from tests.doctor.test_command import assert_valid
 from tests.inimage.doctor.conftest import build_case
 from tests.inimage.test_purity import BLOCKER
 
@@ -32,6 +33,7 @@ def test_the_in_image_part_finds_two_smi_backends(tmp_path: Path) -> None:
     proc = run_staged(tmp_path, "--root", str(case.root), "--json", "-", env=case.env)
     assert proc.returncode == 1, proc.stderr
     document = json.loads(proc.stdout)
+    assert_valid(document)
     found = {f["item"]: f for f in document["findings"]}
     assert found["smi"]["status"] == "fail"
     assert "two copies of rocm_smi" in found["smi"]["reason"]
