@@ -1,4 +1,8 @@
-"""gfx: every GPU of the node has device code in the image.
+"""gfx: every GPU of the node is a target the image is built for.
+
+The image's targets are its manifest's gpu_targets: the recipe's, for which the build
+compiles its own device code (and checks it where it can read the offload bundles, e.g.
+rccl-tests); the wheels' device code is what their index publishes for the release.
 
 A GPU whose target (the KFD topology's gfx_target_version) the image has no code
 objects for fails at its first kernel with "invalid device function" (HIP's
@@ -33,9 +37,9 @@ def check(node: Node, needs: ImageNeeds) -> Finding:
                       "rebuild the image so its manifest records gpu_targets")
     missing = [t for t in here if t not in image]
     if missing:
-        return failed(ITEM, f"node has {', '.join(here)}; the image has device code for "
+        return failed(ITEM, f"node has {', '.join(here)}; the image is built for "
                       f"{', '.join(sorted(image))} only: kernels fail with 'invalid device "
                       f"function'", f"add {', '.join(missing)} to the recipe's gpu_targets "
                       f"and rebuild")
-    return passed(ITEM, f"{len(gpus)} GPU(s), {', '.join(here)}: the image has device code "
-                  f"for {', '.join(sorted(image))}")
+    return passed(ITEM, f"{len(gpus)} GPU(s), {', '.join(here)}: the image is built for "
+                  f"{', '.join(sorted(image))}")

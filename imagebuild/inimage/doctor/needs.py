@@ -1,6 +1,6 @@
 """What an image needs from the node, from its manifest (/opt/imagebuild/manifest.json,
 schema: imagebuild/data/image-manifest.schema.json): its ROCm release, the GPU targets
-it has device code for, its network plugin and the libfabric symbol versions that plugin
+it is built for, its network plugin and the libfabric symbol versions that plugin
 needs (recorded by the build's plugin check), and its Python environment."""
 
 from __future__ import annotations
