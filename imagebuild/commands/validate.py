@@ -208,7 +208,7 @@ def run_doctor_first(args: argparse.Namespace, target: Target, gpus: str, launch
     site = load_site(args.site, project_dir()) if args.site else None
     result = preflight(target.kind, target.recipe, target.ref, site, dict(os.environ),
                        gpus=gpus, launcher=launcher, cpu=bool(args.cpu),
-                       bind_host_rocm=bool(defaults.bind_host_rocm.value))
+                       bind_host_rocm=bool(defaults.bind_host_rocm.value), project=project_dir())
     if result.skipped:
         err.print(f"doctor: not run ({result.skipped})", highlight=False, soft_wrap=True)
         return True

@@ -26,10 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default="/", help="root of the tree to read (default /)")
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="also write the findings as JSON ('-': stdout, instead of text)")
-    parser.add_argument("--host", action="store_true",
-                        help="check as the host does (the site's libfabric, no mount table)")
-    parser.add_argument("--libfabric-dir", default=None,
-                        help="the host libfabric's directory (with --host)")
     args = parser.parse_args(argv)
     root = Path(args.root)
     manifest_path = args.manifest or str(root / DEFAULT_MANIFEST.lstrip("/"))
@@ -38,18 +34,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"doctor: {why}", file=sys.stderr)
         return 2
     needs = needs_from_manifest(manifest)
-    settings = DoctorSettings(root=root, env=dict(os.environ), in_image=not args.host,
-                              fabric=FabricSettings(provided_by="site" if args.libfabric_dir
-                                                    else None, library_dir=args.libfabric_dir,
-                                                    in_image=not args.host))
+    # Inside the image: its loader finds the plugin's libfabric, its mount table shows binds.
+    settings = DoctorSettings(root=root, env=dict(os.environ), in_image=True,
+                              fabric=FabricSettings(in_image=True))
     findings = run_doctor(needs, settings)
     document = report(findings, {"image": needs.name, "rocm": needs.rocm,
-                                 "part": "host" if args.host else "image", "root": str(root)})
+                                 "part": "image", "root": str(root)})
     if args.json == "-":
         print(json.dumps(document, indent=2))
     else:
-        print(f"doctor: {needs.name} (ROCm {needs.rocm or 'none'}), "
-              f"{'host' if args.host else 'in-image'} part, root {root}")
+        print(f"doctor: {needs.name} (ROCm {needs.rocm or 'none'}), in-image part, root {root}")
         print("\n".join(format_lines(findings)))
         if args.json:
             partial = Path(args.json + ".partial")
