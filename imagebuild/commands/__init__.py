@@ -12,6 +12,7 @@ COMMANDS = [
     "render",
     "build",
     "squash",
+    "doctor",
     "validate",
     "report",
     "ci",
