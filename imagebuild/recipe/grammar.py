@@ -40,6 +40,8 @@ INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+|/[A-Za-z0-9._/+{}
 SUBDIR = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
 # An absolute directory inside the image (no "..", no spaces, no shell metacharacters).
 ABSOLUTE_DIR = r"^(?!(.*/)?\.\.(/|$))/[A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$"
+# The same with at most one whole component "*" (the newest release the node has).
+RELEASE_DIR = r"^(?!(.*/)?\.\.(/|$))(?!(.*/)?\*/(.*/)?\*(/|$))/([A-Za-z0-9._+-]+|\*)?(/([A-Za-z0-9._+-]+|\*))*$"
 # A site profile name (imagebuild/data/sites/<name>.yaml or a project's sites/<name>.yaml).
 SITE_NAME = r"^[a-z0-9][a-z0-9._-]*$"
 EXTENDS = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$"

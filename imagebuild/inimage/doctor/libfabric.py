@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..library_dirs import matching_dirs
 from .elf import ElfError, read_dynamic
 from .finding import Finding, failed, passed, skipped, warned
 from .libraries import Loader, resolve
@@ -61,8 +62,11 @@ def host_library(root: Path, settings: FabricSettings, loader: Loader) -> str | 
     """The host's libfabric.so.1 (a path in root): the site's directory, else the newest
     /opt/cray/libfabric release, else what the system loader finds."""
     if settings.library_dir:
-        path = f"{settings.library_dir.rstrip('/')}/{SONAME}"
-        return path if loader.exists(path) else None
+        for directory in matching_dirs(settings.library_dir, root):
+            path = f"{directory.rstrip('/')}/{SONAME}"
+            if loader.exists(path):
+                return path
+        return None
     releases = cray_releases(root, loader)
     return f"{releases[0]}/{SONAME}" if releases else loader.find(SONAME)
 
