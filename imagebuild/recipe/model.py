@@ -104,6 +104,8 @@ class RcclTuner:
     sha256: str = ""
     example_dir: str = "ext-tuner/example"
     interface_adapter: bool = True
+    #: A tuner configuration file, relative to the project; None: the image sets none.
+    config: str | None = None
 
 
 #: repo.radeon.com's TransformerEngine for ROCm (ROCm/TransformerEngine README, "from ROCm

@@ -201,6 +201,11 @@ RECIPE = Obj(
                 "interface_adapter": Bool("true or false: also export ncclTunerPlugin_v4 "
                                           "(RCCL 2.27's interface) from the example's v5 "
                                           "functions"),
+                "config": Str("a tuner configuration in the project, like "
+                              "tuning/nccl_tuner.conf (`imagebuild tune rccl "
+                              "--sweep-results` writes one): copied into the image, which "
+                              "sets NCCL_TUNER_CONFIG_FILE to it", grammar.SUBDIR,
+                              nullable=True),
             }),
         "transformer_engine": Obj(
             description="TransformerEngine for ROCm from the wheel index: the transformer_engine "

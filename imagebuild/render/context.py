@@ -28,7 +28,7 @@ from imagebuild.render.layout import (
     UV_WHEELS,
     VENV,
 )
-from imagebuild.render.plan import BuildPlan, plugin_prefix
+from imagebuild.render.plan import TUNER_CONFIG_CONTEXT, BuildPlan, plugin_prefix
 
 #: File in a staged context directory that marks it as ours (safe to clear and restage).
 CONTEXT_MARKER = ".imagebuild-context"
@@ -89,6 +89,8 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
     if plan.rccl_tuner is not None:
         for name in plan.rccl_tuner.sources:
             files[name] = (TEMPLATES / name).read_text()
+        if plan.rccl_tuner.config_source is not None:
+            files[TUNER_CONFIG_CONTEXT] = plan.rccl_tuner.config_source.read_text()
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +241,7 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
         data["rccl_tuner"].update({
             "source": {"url": tuner.url, "sha256": tuner.sha256},
             "interface_adapter": tuner.interface_adapter, "library": tuner.library,
-            "probe": tuner.probe})
+            "probe": tuner.probe, "config": tuner.config})
     if lock.selector is not None:
         data["rocm_wheels"] = {
             "gpu_family": recipe.gpu_family, "index": recipe.wheels.index_url,

@@ -48,7 +48,12 @@ from imagebuild.render.layout import (
     UV_WHEELS,
     VENV,
 )
-from imagebuild.render.plan import TUNER_PLUGIN_ENV, BuildPlan
+from imagebuild.render.plan import (
+    TUNER_CONFIG_CONTEXT,
+    TUNER_CONFIG_ENV,
+    TUNER_PLUGIN_ENV,
+    BuildPlan,
+)
 from imagebuild.render.quoting import APT_CA_OFF, APT_CA_ON, ca_env, dockerfile_quote, shell_quote
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -177,6 +182,8 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "rccl_tests": plan.rccl_tests,
         "rccl_tuner": plan.rccl_tuner,
         "tuner_plugin_env": TUNER_PLUGIN_ENV,
+        "tuner_config_env": TUNER_CONFIG_ENV,
+        "tuner_config_context": TUNER_CONFIG_CONTEXT,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
         "rocm_wheels": {"family": recipe.gpu_family,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from imagebuild.errors import RenderError
 from imagebuild.lock.check import display
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.model import Lock, LockedGit
+from imagebuild.project import project_dir
 from imagebuild.recipe.model import TE_TORCH_SDIST, GitSource, Recipe
 from imagebuild.render.layout import (
     HIPBLASLT_CLIENT_RUNTIME_PACKAGES,
@@ -193,9 +195,13 @@ class RcclTestsPlan:
 RCCL_TUNER_CHECK = "tuner-plugin-check.py"
 RCCL_TUNER_ADAPTER = "rccl-tuner-v4.c"
 RCCL_TUNER_PROBE = "rccl-tuner-probe.c"
-#: The variables RCCL reads for a tuner (src/plugin/tuner.cc; the example's plugin.c):
-#: the image sets the first when the stage is on.
+#: The variables RCCL reads for a tuner (src/plugin/tuner.cc) and the example reads for its
+#: configuration (plugin.c): the image sets the first when the stage is on, the second when
+#: the recipe names a configuration.
 TUNER_PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
+TUNER_CONFIG_ENV = "NCCL_TUNER_CONFIG_FILE"
+#: Where the build context stages the recipe's tuner configuration.
+TUNER_CONFIG_CONTEXT = "rccl-tuner.conf"
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,8 @@ class RcclTunerPlan:
     interface_adapter: bool
     #: Where ROCm is: the RCCL whose lookups the check reads.
     rocm_prefix: str
+    #: The recipe's tuner configuration (absolute, in the project), or None.
+    config_source: Path | None = None
     prefix: str = RCCL_TUNER_PREFIX
     check: str = RCCL_TUNER_CHECK
     adapter: str = RCCL_TUNER_ADAPTER
@@ -227,6 +235,11 @@ class RcclTunerPlan:
     @property
     def record(self) -> str:
         return f"{self.prefix}/interface.json"
+
+    @property
+    def config(self) -> str | None:
+        """The configuration's path in the image, when the recipe names one."""
+        return f"{self.prefix}/nccl_tuner.conf" if self.config_source else None
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -436,9 +449,18 @@ def _rccl_tuner(recipe: Recipe) -> RcclTunerPlan | None:
     tuner = recipe.rccl_tuner
     if not tuner.enabled:
         return None
+    config = None
+    if tuner.config is not None:
+        config = project_dir() / tuner.config
+        if not config.is_file():
+            raise RenderError(f"{display(recipe.path)}: rccl_tuner.config: {config} is not a "
+                              "file (a path relative to the project, like "
+                              "tuning/nccl_tuner.conf; `imagebuild tune rccl --sweep-results` "
+                              "writes one)")
     return RcclTunerPlan(
         url=tuner.url, sha256=tuner.sha256, source_dir=f"/usr/src/rccl-tuner/{tuner.example_dir}",
-        interface_adapter=tuner.interface_adapter, rocm_prefix=recipe.rocm_prefix)
+        interface_adapter=tuner.interface_adapter, rocm_prefix=recipe.rocm_prefix,
+        config_source=config)
 
 
 def _transformer_engine(recipe: Recipe, lock: Lock | None) -> TransformerEnginePlan | None:
@@ -485,6 +507,9 @@ def _check_recipe(recipe: Recipe) -> None:
         if key == TUNER_PLUGIN_ENV and recipe.rccl_tuner.enabled:
             raise RenderError(f"{where}: env.{key}: set by imagebuild itself while "
                               "rccl_tuner.enabled is true (the built tuner's path)")
+        if key == TUNER_CONFIG_ENV and recipe.rccl_tuner.config is not None:
+            raise RenderError(f"{where}: env.{key}: set by imagebuild itself while "
+                              "rccl_tuner.config names the configuration")
     for key, _ in recipe.labels:
         if key.startswith(LABEL_NAMESPACE) or key in GENERATED_OCI_LABELS:
             raise RenderError(f"{where}: labels.{key}: set by imagebuild "

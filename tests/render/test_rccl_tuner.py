@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.errors import RecipeError, RenderError
+from imagebuild.project import chosen_project
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.model import RcclTuner
 from imagebuild.render.context import build_context, manifest
@@ -223,3 +224,43 @@ def test_the_probe_refuses_a_tuner_without_v4(built) -> None:
     result = subprocess.run([str(built["probe"]), str(built["plain"]), "allreduce", "8"],
                             check=False, capture_output=True, text=True)
     assert result.returncode == 1 and "exports no ncclTunerPlugin_v4" in result.stderr
+
+
+# --- a tuner configuration named by the recipe ---------------------------------------------------
+
+def test_a_recipe_config_is_copied_and_named_by_nccl_tuner_config_file(rocm,
+                                                                       tmp_path: Path) -> None:
+    recipe, lock = rocm
+    project = tmp_path / "project"
+    (project / "tuning").mkdir(parents=True)
+    config = tuner_config([SweepPoint("allreduce", 65536, "ring", "ll", 9.5, 1, 8)])
+    (project / "tuning" / "nccl_tuner.conf").write_text(config)
+    recipe = replace(recipe, rccl_tuner=replace(TUNER, config="tuning/nccl_tuner.conf"))
+    with chosen_project(project):
+        plan = make_plan(recipe, lock)
+        final = parse_dockerfile(render_dockerfile(plan))["final"].text
+        context = build_context(plan, tmp_path / "ctx")
+    assert "COPY rccl-tuner.conf /opt/rccl-tuner/nccl_tuner.conf" in final
+    assert "NCCL_TUNER_CONFIG_FILE=/opt/rccl-tuner/nccl_tuner.conf" in final
+    assert (context.directory / "rccl-tuner.conf").read_text() == config
+    assert manifest(plan)["rccl_tuner"]["config"] == "/opt/rccl-tuner/nccl_tuner.conf"
+    with chosen_project(project), pytest.raises(
+            RenderError, match="env.NCCL_TUNER_CONFIG_FILE: set by imagebuild itself"):
+        make_plan(replace(recipe, env=(("NCCL_TUNER_CONFIG_FILE", "/x.conf"),)), lock)
+
+
+def test_a_missing_config_is_refused_naming_the_key(rocm, tmp_path: Path) -> None:
+    recipe, lock = rocm
+    recipe = replace(recipe, rccl_tuner=replace(TUNER, config="tuning/nccl_tuner.conf"))
+    with chosen_project(tmp_path), pytest.raises(RenderError) as caught:
+        make_plan(recipe, lock)
+    assert (f"rccl_tuner.config: {tmp_path / 'tuning' / 'nccl_tuner.conf'} is not a file"
+            in str(caught.value))
+    assert "imagebuild tune rccl --sweep-results" in str(caught.value)
+
+
+def test_the_config_key_is_a_relative_path(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="rccl_tuner.config"):
+        load_recipe(str(_recipe(tmp_path, SECTION + "  config: ../etc/passwd\n")))
+    assert load_recipe(str(_recipe(tmp_path, SECTION + "  config: t/a.conf\n"))).rccl_tuner.config \
+        == "t/a.conf"
