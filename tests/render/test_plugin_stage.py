@@ -41,16 +41,18 @@ session, so the difference also holds that session's machine load).
 The same image carries RCCL's example tuner plugin, built by the rccl-tuner stage from the
 fixture archive (rccl-ext-tuner.tar.gz, served over HTTP) with the v4 adapter: the build
 read ncclTunerPlugin_v4, v3, v2 from librccl1 7.2.4 and chose v4 (the tuner exports v5 and
-v4); NCCL_TUNER_PLUGIN names it; rccl-tuner-probe, run in the image with a config that
-`imagebuild tune rccl` wrote from a sweep, changes the choice for the sizes and the topology
-the config names (allreduce up to 1 MiB on 1 node x 8 ranks) and for no other. The example
+v4); NCCL_TUNER_PLUGIN names it, and NCCL_TUNER_CONFIG_FILE the configuration that
+`imagebuild tune rccl` wrote from a sweep before the build (rccl_tuner.config, copied into
+the image); rccl-tuner-probe, run in the image, chooses differently with it than without it
+for the sizes and the topology it names (allreduce up to 1 MiB on 1 node x 8 ranks) and for
+no other. The example
 as it is (interface_adapter: false, in a recipe without a network plugin) fails the build at
-the tuner check, naming both sets. The tuner stage adds about 6 s of steps (fetch 0.5 s,
-compile 2.2 s, probe 1.5 s, the check under 1 s on an idle machine, 55 s measured beside the
-libfabric and rccl-tests compiles before the lookup scan was made 20x faster) beside the
-libfabric build, and 60 KB to the image; the refused recipe's build takes 3-13 s (its
-toolchain stage is the shared layer). The whole file took 375-405 s (two runs, with the
-toolchain layer cached in the second; the hipBLASLt test beside it in the second).
+the tuner check, naming both sets. The tuner stage adds 3-6 s of steps beside the libfabric
+build (fetch 0.2-0.5 s, compile 0.4-2.2 s, probe 0.4-1.5 s, the check 1.3 s; it took 55 s
+beside the libfabric and rccl-tests compiles before its scan of librccl found the lookup
+names by their literal) and 60 KB to the image; the refused recipe's build takes 2-13 s (its
+toolchain stage is the shared layer). The whole file took 405 s with the sid toolchain
+layer rebuilt, 375 s with it cached, 186 s with every source build cached.
 
 Cost, measured on a 2-core machine with an empty BuildKit cache and the debootstrapped
 bases present (debootstrap of sid: 33 s, once): the file takes 264 s (trixie's three builds
@@ -114,9 +116,14 @@ RCCL_TESTS = {"plugin-nccl-724": ("gfx942",)}
 #: The image RCCL 7.2.4 loads carries the example tuner behind the v4 adapter; the example as
 #: it is (v5 only) goes into a recipe of its own, without a network plugin, which must fail.
 TUNERS: dict[str, dict[str, object]] = {
-    "plugin-nccl-724": {"interface_adapter": True},
+    "plugin-nccl-724": {"interface_adapter": True, "config": "tuning/nccl_tuner.conf"},
     "tuner-724-as-is": {"interface_adapter": False},
 }
+#: The sweep `imagebuild tune rccl` turns into the tuner configuration the image carries: on
+#: 1 node x 8 ranks, ring/ll is fastest up to 64 KiB and tree/simple up to 1 MiB.
+SWEEP = ("collective,bytes,algorithm,protocol,busbw_gbs,nNodes,nRanks\n"
+         "allreduce,65536,ring,ll,9.5,1,8\nallreduce,65536,tree,ll128,7.0,1,8\n"
+         "allreduce,1048576,tree,simple,80,1,8\nallreduce,1048576,ring,simple,60,1,8\n")
 #: Recipes without the network plugin (they exist for another stage).
 NO_NETWORK_PLUGIN = ("tuner-724-as-is",)
 #: The builds that must fail, at the plugin or tuner stage's interface check.
@@ -164,6 +171,10 @@ def project(tmp_path_factory: pytest.TempPathFactory, bases: dict[str, str]) -> 
     placeholder_torch(root / "index" / "whl")
     index = IndexServer(root / "index")
     refused = {}
+    (root / "sweep.csv").write_text(SWEEP)
+    tuned = imagebuild(root, "tune", "rccl", "--sweep-results", str(root / "sweep.csv"),
+                       "--out", str(root / "tuning"))
+    assert tuned.returncode == 0, tuned.stderr
     with index, SourceMirror(root / "mirror") as mirror:
         mirrors = [f"--git-mirror={src}={dst}" for src, dst in mirror.mirrors.items()]
         tuner_sha256 = hashlib.sha256((mirror.fixtures / TUNER_ARCHIVE).read_bytes()).hexdigest()
@@ -425,28 +436,26 @@ def test_the_adapted_tuner_is_what_rccl_7_2_4_looks_up_and_the_image_names_it(
     assert interface["probe"].endswith("-> chosen ring/simple channels default")
     env = image_env(image)
     assert env["NCCL_TUNER_PLUGIN"] == tuner["library"] == interface["library"]
-    assert "NCCL_TUNER_CONFIG_FILE" not in env
+    assert env["NCCL_TUNER_CONFIG_FILE"] == tuner["config"] == "/opt/rccl-tuner/nccl_tuner.conf"
     edf = tomllib.loads((project["root"] / "envs" / f"{TUNER_IMAGE}.toml").read_text())
-    assert edf.get("env", {}).get("NCCL_TUNER_PLUGIN", env["NCCL_TUNER_PLUGIN"]) == \
-        tuner["library"]
+    for key in ("NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"):
+        assert edf.get("env", {}).get(key, env[key]) == env[key]
+    carried = docker("run", "--rm", image, "cat", tuner["config"]).stdout
+    assert carried == (project["root"] / "tuning" / "nccl_tuner.conf").read_text()
+    # no tuner and no config in an image whose recipe has none
+    other = image_env(project["images"]["plugin-rccl-543"])
+    assert "NCCL_TUNER_PLUGIN" not in other and "NCCL_TUNER_CONFIG_FILE" not in other
     print(f"\n[tuner] RCCL looks up {interface['rccl_looks_up']}, the tuner exports "
           f"{interface['plugin_exports']}, chosen v{interface['chosen']}")
 
 
 def test_a_tune_rccl_config_changes_the_choice_in_the_image_for_its_sizes_only(
-        project: dict, tmp_path: Path) -> None:
-    """`imagebuild tune rccl` writes the config from a sweep; the image's probe dlopens its
-    tuner as RCCL 2.27 does (ncclTunerPlugin_v4, init, getCollInfo on a cost table) with
-    NCCL_TUNER_CONFIG_FILE pointing at it."""
+        project: dict) -> None:
+    """The configuration `imagebuild tune rccl` wrote from SWEEP is in the image
+    (rccl_tuner.config); its probe dlopens the tuner as RCCL 2.27 does (ncclTunerPlugin_v4,
+    init, getCollInfo on a cost table), with the image's NCCL_TUNER_CONFIG_FILE and with one
+    that names no file."""
     image = project["images"][TUNER_IMAGE]
-    sweep = tmp_path / "sweep.csv"
-    sweep.write_text("collective,bytes,algorithm,protocol,busbw_gbs,nNodes,nRanks\n"
-                     "allreduce,65536,ring,ll,9.5,1,8\nallreduce,65536,tree,ll128,7.0,1,8\n"
-                     "allreduce,1048576,tree,simple,80,1,8\n"
-                     "allreduce,1048576,ring,simple,60,1,8\n")
-    tuned = imagebuild(project["root"], "tune", "rccl", "--sweep-results", str(sweep),
-                       "--out", str(tmp_path / "tuned"))
-    assert tuned.returncode == 0, tuned.stderr
     sizes = ("1000", "65536", "65537", "1048576", "1048577", "67108864")
     script = ('for s in "$@"; do rccl-tuner-probe "$NCCL_TUNER_PLUGIN" allreduce "$s" 1 8; '
               'done; rccl-tuner-probe "$NCCL_TUNER_PLUGIN" allreduce 1000 2 16')
@@ -458,11 +467,10 @@ def test_a_tune_rccl_config_changes_the_choice_in_the_image_for_its_sizes_only(
         print("\n" + ran.stdout)
         return [line.split("-> chosen ")[1].split()[0] for line in ran.stdout.splitlines()]
 
-    before = chosen()
-    after = chosen("-v", f"{tmp_path / 'tuned'}:/tuning:ro",
-                   "-e", "NCCL_TUNER_CONFIG_FILE=/tuning/nccl_tuner.conf")
-    assert before == ["tree/ll", "tree/ll128", "tree/ll128", "ring/simple", "ring/simple",
-                      "ring/simple", "tree/ll"]
+    untuned = chosen("-e", "NCCL_TUNER_CONFIG_FILE=/nonexistent")
+    tuned = chosen()
+    assert untuned == ["tree/ll", "tree/ll128", "tree/ll128", "ring/simple", "ring/simple",
+                       "ring/simple", "tree/ll"]
     # the named sizes on 1 node x 8 ranks change; larger sizes and 2 x 16 keep the model's
-    assert after == ["ring/ll", "ring/ll", "tree/simple", "tree/simple", "ring/simple",
+    assert tuned == ["ring/ll", "ring/ll", "tree/simple", "tree/simple", "ring/simple",
                      "ring/simple", "tree/ll"]
