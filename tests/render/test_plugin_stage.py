@@ -440,6 +440,9 @@ def test_the_adapted_tuner_is_what_rccl_7_2_4_looks_up_and_the_image_names_it(
     edf = tomllib.loads((project["root"] / "envs" / f"{TUNER_IMAGE}.toml").read_text())
     for key in ("NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"):
         assert edf.get("env", {}).get(key, env[key]) == env[key]
+    sbom = json.loads((project["root"] / "artifacts" / f"{TUNER_IMAGE}.cdx.json").read_text())
+    source = {c["bom-ref"]: c for c in sbom["components"]}["source:rccl-tuner"]
+    assert source["hashes"] == [{"alg": "SHA-256", "content": tuner["source"]["sha256"]}]
     carried = docker("run", "--rm", image, "cat", tuner["config"]).stdout
     assert carried == (project["root"] / "tuning" / "nccl_tuner.conf").read_text()
     # no tuner and no config in an image whose recipe has none
