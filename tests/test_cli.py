@@ -176,3 +176,26 @@ def test_every_command_and_option_explains_itself_in_plain_text() -> None:
         if "``" in parser.format_help():
             problems.append(f"{command}: reStructuredText in --help")
     assert problems == []
+
+
+def test_bash_completes_commands_and_their_options(tmp_path: Path) -> None:
+    """The script `imagebuild completion bash` prints, sourced in a real bash."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "imagebuild.bash"
+    done = subprocess.run([sys.executable, "-m", "imagebuild", "completion", "bash"],
+                          capture_output=True, text=True, check=True)
+    script.write_text(done.stdout)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(words)
+        program = (f'source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; '
+                   f'COMP_LINE="{line}"; COMP_POINT=${{#COMP_LINE}}; _shtab_imagebuild; '
+                   'printf "%s\\n" "${COMPREPLY[@]}"')
+        return subprocess.run(["bash", "-c", program], capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    assert complete("imagebuild", "bu") == ["build"]
+    assert complete("imagebuild", "build", "--pl") == ["--plan"]
+    assert "doctor" in complete("imagebuild", "")

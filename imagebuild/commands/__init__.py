@@ -20,4 +20,5 @@ COMMANDS = [
     "tune",
     "sites",
     "clean",
+    "completion",
 ]
