@@ -231,6 +231,7 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
     if lock.selector is not None:
         data["rocm_wheels"] = {
             "gpu_family": recipe.gpu_family, "index": recipe.wheels.index_url,
+            **({"device_extras": list(recipe.device_extras)} if recipe.multi_arch else {}),
             "selector": {"name": lock.selector.name, "version": lock.selector.version,
                          "url": lock.selector.url, "sha256": lock.selector.sha256}}
     if hip.enabled and lock.hipblaslt:

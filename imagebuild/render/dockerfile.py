@@ -171,7 +171,7 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "rccl_tests": plan.rccl_tests,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
-        "rocm_wheels": {"family": recipe.gpu_family,
+        "rocm_wheels": {"family": recipe.gpu_family, "extras": list(recipe.device_extras),
                         "selector": SELECTOR_FILE if lock and lock.selector else None}
         if recipe.rocm_wheels else None,
         "venv": VENV,
