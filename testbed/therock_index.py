@@ -39,11 +39,13 @@ import subprocess
 import tarfile
 import tempfile
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from testbed.rocm_wheels import rocm_requires
 from testbed.wheel_index import make_wheel
 
 #: family index -> the targets it serves (RELEASES.md, "Index page listing").
@@ -120,8 +122,14 @@ def device_files(package: str, target: str) -> dict[str, bytes]:
 def make_multi_arch_index(root: Path | str, *, name: str = "whl-next",
                           version: str = "10.1.0", torch_version: str = "2.14.0+rocm10.1.0",
                           targets: tuple[str, ...] = ("gfx90a", "gfx942", "gfx950"),
-                          python_tag: str = "cp312") -> MultiArchIndex:
+                          python_tag: str = "cp312",
+                          pins: Mapping[str, str] | None = None) -> MultiArchIndex:
+    """``pins`` (project -> version, torch's included): a whole release's set, each wheel
+    with the Requires-Dist the real ones state (testbed.rocm_wheels.rocm_requires);
+    torchvision, like torch, with a device extra and pack per target."""
     root = Path(root)
+    whole_set = pins is not None
+    pins = dict(pins or {"torch": torch_version})
     index = root / name
     with tempfile.TemporaryDirectory(prefix="therock-libs-") as tmp:
         libs = _compile(Path(tmp))
@@ -133,19 +141,30 @@ def make_multi_arch_index(root: Path | str, *, name: str = "whl-next",
         "_rocm_sdk_libraries/__init__.py": b"",
         "_rocm_sdk_libraries/lib/librccl.so.1": libs["librccl.so.1"],
         "_rocm_sdk_libraries/lib/libhipblaslt.so.1": libs["libhipblaslt.so.1"]})
-    requires = [f"rocm[libraries]=={version}"]
     for target in targets:
         make_wheel(index / f"rocm-sdk-device-{target}", f"rocm-sdk-device-{target}", version,
                    "py3", files=device_files("_rocm_sdk_libraries", target))
-        make_wheel(index / f"amd-torch-device-{target}", f"amd-torch-device-{target}",
-                   torch_version, "py3",
-                   files={f"torch/.kpack/torch_{target}.kpack": f"{target}\n".encode()})
-        requires += [f'amd-torch-device-{target}=={torch_version}; extra == "device-{target}"',
-                     f'rocm[device-{target}]=={version}; extra == "device-{target}"']
-    make_wheel(index / "torch", "torch", torch_version, python_tag, requires=requires,
-               provides_extras=[f"device-{t}" for t in targets],
-               files={"torch/__init__.py": _torch_init(torch_version, version).encode()})
-    return MultiArchIndex(root, name, version, torch_version, tuple(targets))
+    for project, pinned in pins.items():
+        requires = [r for r in rocm_requires(project, pins)
+                    if whole_set and not r.startswith("torch==")]
+        if project in ("torch", "torchvision"):
+            requires += [f"rocm[libraries]=={version}"] if project == "torch" else \
+                [f"torch=={pins['torch']}"]
+            for target in targets:
+                device = f"amd-{project}-device-{target}"
+                make_wheel(index / device, device, pinned, "py3",
+                           files={f"{project}/.kpack/{project}_{target}.kpack":
+                                  f"{target}\n".encode()})
+                requires += [f'{device}=={pinned}; extra == "device-{target}"',
+                             f'rocm[device-{target}]=={version}; extra == "device-{target}"']
+        elif "torch" in pins and project != "triton":
+            requires.append(f"torch=={pins['torch']}")
+        files = ({"torch/__init__.py": _torch_init(pinned, version).encode()}
+                 if project == "torch" else None)
+        make_wheel(index / project, project, pinned, python_tag, requires=requires,
+                   provides_extras=[f"device-{t}" for t in targets]
+                   if project in ("torch", "torchvision") else (), files=files)
+    return MultiArchIndex(root, name, version, pins["torch"], tuple(targets))
 
 
 def _compile(directory: Path) -> dict[str, bytes]:
