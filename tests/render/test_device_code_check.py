@@ -22,7 +22,8 @@ ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1100")
 KERNELS = {
     "lib/rocblas/library": [f"TensileLibrary_lazy_{a}.dat" for a in ARCHES]
     + [f"Kernels.so-000-{a}.hsaco" for a in ARCHES] + ["Kernels.so-000-gfx90a-xnack-.hsaco",
-                                                       "TensileManifest.txt"],
+                                                       "TensileManifest.txt",
+                                                       "Kernels.so-000-gfx9-4-generic.hsaco"],
     "lib/hipblaslt/library": [f"extop_{a}.co" for a in ARCHES] + ["hipblasltExtOpLibrary.dat"],
     "share/miopen/db": ["gfx90a6e.kdb", "gfx942130.kdb", "gfx942130.db"],
 }
@@ -75,7 +76,8 @@ def test_other_architectures_files_go_and_the_targets_stay(layout: dict[str, Pat
     left = remaining(layout)
     assert {"TensileLibrary_lazy_gfx942.dat", "TensileLibrary_lazy_gfx90a.dat",
             "Kernels.so-000-gfx90a-xnack-.hsaco", "extop_gfx942.co", "gfx90a6e.kdb",
-            "gfx942130.kdb", "TensileManifest.txt", "hipblasltExtOpLibrary.dat"} <= left
+            "gfx942130.kdb", "TensileManifest.txt", "hipblasltExtOpLibrary.dat",
+            "Kernels.so-000-gfx9-4-generic.hsaco"} <= left
     assert not {name for name in left if "gfx950" in name or "gfx1100" in name}
     report = json.loads(layout["report"].read_text())
     gone = {p: size for p, size in before.items() if not p.exists()}

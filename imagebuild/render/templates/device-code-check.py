@@ -55,7 +55,9 @@ def prune(directories: list[Path], targets: list[str]) -> dict[str, dict[str, in
         for path in sorted(directory.rglob("*")):
             if path.is_symlink() or not path.is_file():
                 continue
-            tokens = ARCH.findall(path.name)
+            # Generic code objects (gfx9-4-generic, LLVM's AMDGPU "generic processor
+            # versions") serve several architectures: kept.
+            tokens = [] if "generic" in path.name else ARCH.findall(path.name)
             if tokens and not any(matches(t, targets) for t in tokens):
                 count += path.stat().st_size
                 files += 1
