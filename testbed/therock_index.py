@@ -19,6 +19,16 @@ only, so no setuptools is needed to build it), the wheels carry METADATA, WHEEL 
 and the shared objects are compiled by gcc (stand-ins exporting one function each, with the
 real sonames and RUNPATHs). ``IndexServer(root, publish_hashes=True)`` serves ``root`` as
 ``/<family>/<project>/`` pages with ``#sha256=`` links, as a PEP 503 index does.
+
+``make_multi_arch_index`` lays out the 7.14 and 10.x lines' one index for every GPU
+(https://repo.amd.com/rocm/whl-multi-arch/, https://stable.repo.amd.com/rocm/whl-next/):
+host and device code in separate projects, the device code selected by extras. ``torch``
+provides ``device-<target>`` extras requiring ``amd-torch-device-<target>==<torch>`` and
+``rocm[device-<target>]==V``; the selector's ``device-<target>`` extra requires
+``rocm-sdk-device-<target>==V`` and ``libraries`` the arch-neutral ``rocm-sdk-libraries``
+(AMD's install pages pin exactly these projects, e.g. ``amd-torch-device-gfx942==
+2.12.0+rocm7.14.0`` and ``rocm-sdk-device-gfx942==7.14.0``; the selector's extras:
+ROCm/TheRock build_tools/packaging/python ``build_per_target_extras``).
 """
 
 from __future__ import annotations
@@ -29,11 +39,13 @@ import subprocess
 import tarfile
 import tempfile
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from testbed.rocm_wheels import rocm_requires
 from testbed.wheel_index import make_wheel
 
 #: family index -> the targets it serves (RELEASES.md, "Index page listing").
@@ -84,6 +96,77 @@ def make_rocm_sdk_index(root: Path | str, *, version: str = "10.0.0",
     return RocmSdkIndex(root, version, torch_version, tuple(families))
 
 
+@dataclass(frozen=True)
+class MultiArchIndex:
+    """``root/<name>/<project>/<file>``: one PEP 503 simple index for every target."""
+
+    root: Path
+    name: str
+    version: str
+    torch_version: str
+    targets: tuple[str, ...]
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / self.name
+
+
+#: A device pack's stand-in code objects, named like the libraries' per-architecture files
+#: (rocBLAS/hipBLASLt TensileLibrary_*_<gfx>.co and .dat files).
+def device_files(package: str, target: str) -> dict[str, bytes]:
+    return {f"{package}/lib/{library}/library/TensileLibrary_lazy_{target}.dat":
+            f"{library} kernels for {target}\n".encode()
+            for library in ("rocblas", "hipblaslt")}
+
+
+def make_multi_arch_index(root: Path | str, *, name: str = "whl-next",
+                          version: str = "10.1.0", torch_version: str = "2.14.0+rocm10.1.0",
+                          targets: tuple[str, ...] = ("gfx90a", "gfx942", "gfx950"),
+                          python_tag: str = "cp312",
+                          pins: Mapping[str, str] | None = None) -> MultiArchIndex:
+    """``pins`` (project -> version, torch's included): a whole release's set, each wheel
+    with the Requires-Dist the real ones state (testbed.rocm_wheels.rocm_requires);
+    torchvision, like torch, with a device extra and pack per target."""
+    root = Path(root)
+    whole_set = pins is not None
+    pins = dict(pins or {"torch": torch_version})
+    index = root / name
+    with tempfile.TemporaryDirectory(prefix="therock-libs-") as tmp:
+        libs = _compile(Path(tmp))
+    _sdist(index / "rocm", version, None, targets=targets)
+    make_wheel(index / "rocm-sdk-core", "rocm-sdk-core", version, "py3", files={
+        "_rocm_sdk_core/__init__.py": b"",
+        "_rocm_sdk_core/lib/libamdhip64.so.7": libs["libamdhip64.so.7"]})
+    make_wheel(index / "rocm-sdk-libraries", "rocm-sdk-libraries", version, "py3", files={
+        "_rocm_sdk_libraries/__init__.py": b"",
+        "_rocm_sdk_libraries/lib/librccl.so.1": libs["librccl.so.1"],
+        "_rocm_sdk_libraries/lib/libhipblaslt.so.1": libs["libhipblaslt.so.1"]})
+    for target in targets:
+        make_wheel(index / f"rocm-sdk-device-{target}", f"rocm-sdk-device-{target}", version,
+                   "py3", files=device_files("_rocm_sdk_libraries", target))
+    for project, pinned in pins.items():
+        requires = [r for r in rocm_requires(project, pins)
+                    if whole_set and not r.startswith("torch==")]
+        if project in ("torch", "torchvision"):
+            requires += [f"rocm[libraries]=={version}"] if project == "torch" else \
+                [f"torch=={pins['torch']}"]
+            for target in targets:
+                device = f"amd-{project}-device-{target}"
+                make_wheel(index / device, device, pinned, "py3",
+                           files={f"{project}/.kpack/{project}_{target}.kpack":
+                                  f"{target}\n".encode()})
+                requires += [f'{device}=={pinned}; extra == "device-{target}"',
+                             f'rocm[device-{target}]=={version}; extra == "device-{target}"']
+        elif "torch" in pins and project != "triton":
+            requires.append(f"torch=={pins['torch']}")
+        files = ({"torch/__init__.py": _torch_init(pinned, version).encode()}
+                 if project == "torch" else None)
+        make_wheel(index / project, project, pinned, python_tag, requires=requires,
+                   provides_extras=[f"device-{t}" for t in targets]
+                   if project in ("torch", "torchvision") else (), files=files)
+    return MultiArchIndex(root, name, version, pins["torch"], tuple(targets))
+
+
 def _compile(directory: Path) -> dict[str, bytes]:
     """The stand-in shared objects: libamdhip64, and RCCL and hipBLASLt linking it."""
     def gcc(source: str, soname: str, *extra: str) -> None:
@@ -112,9 +195,12 @@ def _torch_init(torch_version: str, version: str) -> str:
         """)
 
 
-def _sdist(directory: Path, version: str, default_family: str) -> Path:
+def _sdist(directory: Path, version: str, default_family: str | None,
+           targets: tuple[str, ...] = ()) -> Path:
     """``rocm-<V>.tar.gz``: Metadata-Version 2.1 PKG-INFO (no PEP 643 static dependencies, so
-    a resolver must build it to learn them) and an in-tree backend that computes them."""
+    a resolver must build it to learn them) and an in-tree backend that computes them: from
+    the family (per-family layout) or, with ``targets`` (multi-arch), one device extra per
+    target and the arch-neutral libraries."""
     directory.mkdir(parents=True, exist_ok=True)
     top = f"rocm-{version}"
     files = {
@@ -126,7 +212,7 @@ def _sdist(directory: Path, version: str, default_family: str) -> Path:
             backend-path = ["_backend"]
             """),
         "_backend/selector_backend.py": _BACKEND.format(
-            version=version, family=default_family, families=FAMILIES),
+            version=version, family=default_family or "", targets=list(targets)),
         "rocm_sdk/__init__.py": _ROCM_SDK.format(version=version),
         "rocm_sdk/__main__.py": _ROCM_SDK_MAIN.format(families=FAMILIES),
     }
@@ -154,18 +240,26 @@ import base64, hashlib, os, pathlib, zipfile
 
 VERSION = "{version}"
 DEFAULT_FAMILY = "{family}"
+TARGETS = {targets!r}
 DIST_INFO = f"rocm-{{VERSION}}.dist-info"
 
 
 def _metadata():
-    family = os.environ.get("ROCM_SDK_TARGET_FAMILY") or DEFAULT_FAMILY
+    if TARGETS:  # multi-arch: arch-neutral libraries, device code by extra
+        libraries = "rocm-sdk-libraries"
+        devices = [line for target in TARGETS for line in (
+            f"Provides-Extra: device-{{target}}",
+            f'Requires-Dist: rocm-sdk-device-{{target}}=={{VERSION}}; extra == "device-{{target}}"')]
+    else:
+        family = os.environ.get("ROCM_SDK_TARGET_FAMILY") or DEFAULT_FAMILY
+        libraries, devices = f"rocm-sdk-libraries-{{family}}", []
     return "\\n".join([
         "Metadata-Version: 2.1", "Name: rocm", f"Version: {{VERSION}}",
         f"Requires-Dist: rocm-sdk-core=={{VERSION}}",
         "Provides-Extra: libraries",
-        f'Requires-Dist: rocm-sdk-libraries-{{family}}=={{VERSION}}; extra == "libraries"',
+        f'Requires-Dist: {{libraries}}=={{VERSION}}; extra == "libraries"',
         "Provides-Extra: devel",
-        f'Requires-Dist: rocm-sdk-devel=={{VERSION}}; extra == "devel"']) + "\\n"
+        f'Requires-Dist: rocm-sdk-devel=={{VERSION}}; extra == "devel"', *devices]) + "\\n"
 
 
 def _dist_info():
@@ -224,7 +318,7 @@ _SITE = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _library_dirs():
-    return [_SITE / "_rocm_sdk_core" / "lib", *sorted(_SITE.glob("_rocm_sdk_libraries_*/lib"))]
+    return [_SITE / "_rocm_sdk_core" / "lib", *sorted(_SITE.glob("_rocm_sdk_libraries*/lib"))]
 
 
 def find_libraries(*shortnames):
@@ -264,6 +358,11 @@ def main():
     if args.command == "version":
         print(rocm_sdk.__version__)
     elif args.command == "targets":
+        devices = sorted(rocm_sdk._SITE.glob("rocm_sdk_device_*.dist-info"))
+        if devices:  # multi-arch: the device packs installed
+            print(";".join(d.name.split("-")[0].removeprefix("rocm_sdk_device_")
+                           for d in devices))
+            return
         libraries = sorted(rocm_sdk._SITE.glob("_rocm_sdk_libraries_*"))
         family = libraries[0].name.removeprefix("_rocm_sdk_libraries_").replace("_", "-")
         print(";".join(FAMILIES.get(family, ())))

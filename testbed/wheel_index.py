@@ -473,7 +473,8 @@ def wheel_filename(name: str, version: str, python_tag: str = "cp312",
 def make_wheel(directory: Path | str, name: str, version: str, python_tag: str = "cp312",
                abi_tag: str | None = None, platform: str = "linux_x86_64",
                requires: Iterable[str] = (), *, requires_python: str | None = None,
-               payload_size: int = 0, files: Mapping[str, bytes] | None = None) -> Path:
+               payload_size: int = 0, files: Mapping[str, bytes] | None = None,
+               provides_extras: Iterable[str] = ()) -> Path:
     """Write a small, valid, reproducible wheel (METADATA, WHEEL, RECORD) into ``directory``.
 
     The wheel installs a package named like the project (``torch`` -> ``torch/__init__.py``
@@ -481,7 +482,8 @@ def make_wheel(directory: Path | str, name: str, version: str, python_tag: str =
     stored uncompressed, for tests that need a body of many chunks. ``requires`` become its
     ``Requires-Dist`` lines (``testbed.rocm_wheels`` gives ROCm wheels the ones the real
     wheels state). ``files`` (archive path -> bytes) replaces that package with exactly
-    these files; shared objects (``*.so*``) are stored executable.
+    these files; shared objects (``*.so*``) are stored executable. ``provides_extras`` become
+    ``Provides-Extra`` lines (core metadata 2.1), for requirements marked ``extra == "..."``.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -493,6 +495,7 @@ def make_wheel(directory: Path | str, name: str, version: str, python_tag: str =
                 "Summary: test wheel made by testbed/wheel_index.py"]
     if requires_python:
         metadata.append(f"Requires-Python: {requires_python}")
+    metadata += [f"Provides-Extra: {extra}" for extra in provides_extras]
     metadata += [f"Requires-Dist: {req}" for req in requires]
     tags = [f"{py}-{ab}-{pl}" for py, ab, pl in itertools.product(
         python_tag.split("."), abi.split("."), platform.split("."))]

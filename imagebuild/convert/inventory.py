@@ -121,7 +121,7 @@ def take_inventory(scan: InventoryScan, source: ImageSource, output_dir: Path, n
         scan_image(source, scan)
     layout = PartLayout.of(scan.plan)
     parts = classify(scan.files, scan.package_files(), layout)
-    sizes = size_table(scan.files, parts)
+    sizes = size_table(scan.files, parts, scan.device_code_removed())
     kit = [p for p, part in layout.prefixes if part == "tuning kit"]
     leftover = leftovers((p for p, part in parts.items() if part != BASE), keep=kit)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -148,8 +148,10 @@ def recorded_inventory(output_dir: Path, name: str, image_id: str) -> Inventory 
         if record["image_id"] != image_id or not sidecar_path(path).read_text().startswith(
                 record["sbom"]["sha256"]) or sha256_file(path) != record["sbom"]["sha256"]:
             return None
+        removed = record["sizes"].get("device_code_removed")
         sizes = SizeTable(tuple((p["part"], p["bytes"], p["files"])
-                                for p in record["sizes"]["parts"]))
+                                for p in record["sizes"]["parts"]),
+                          (removed["bytes"], removed["files"]) if removed else None)
         return Inventory(sizes, path, record["sbom"]["sha256"], record["sbom"]["components"],
                          {k: v["paths"] for k, v in record["leftovers"].items()}, scanned=False)
     except (OSError, ValueError, KeyError, TypeError):

@@ -10,6 +10,7 @@ still hold.
 
 from __future__ import annotations
 
+import json
 import tarfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,9 +18,12 @@ from typing import BinaryIO
 
 from imagebuild.convert.sources import ImageSource
 from imagebuild.convert.tarfilter import RootfsEntry, filter_rootfs_tar
+from imagebuild.render.layout import DEVICE_CODE_REPORT
 
 DPKG_STATUS = "var/lib/dpkg/status"
 DPKG_INFO = "var/lib/dpkg/info/"
+#: What the final stage's device-code diet removed (imagebuild.render.layout).
+DEVICE_CODE = DEVICE_CODE_REPORT.lstrip("/")
 #: /etc/os-release is a link to /usr/lib/os-release on Debian and Ubuntu (os-release(5)).
 OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
 
@@ -37,7 +41,7 @@ class ImageScan:
     done: bool = False
 
     def wants(self, name: str) -> bool:
-        return name in (DPKG_STATUS, *OS_RELEASE) or (
+        return name in (DPKG_STATUS, DEVICE_CODE, *OS_RELEASE) or (
             name.startswith(DPKG_INFO) and name.endswith(".list"))
 
     def member(self, name: str, info: tarfile.TarInfo, data: bytes | None) -> None:
@@ -53,6 +57,16 @@ class ImageScan:
     @property
     def total(self) -> int:
         return sum(self.files.values())
+
+    def device_code_removed(self) -> tuple[int, int] | None:
+        """(bytes, files) of other architectures' device code the final stage deleted."""
+        if DEVICE_CODE not in self.captured:
+            return None
+        try:
+            report = json.loads(self.captured[DEVICE_CODE])
+            return int(report["removed_bytes"]), int(report["removed_files"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     @property
     def dpkg_status(self) -> str:

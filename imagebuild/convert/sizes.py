@@ -59,14 +59,22 @@ class PartLayout:
 class SizeTable:
     #: (part, bytes, files) in PARTS order
     rows: tuple[tuple[str, int, int], ...]
+    #: (bytes, files) of other GPUs' device code the final stage deleted from the base
+    #: image (packaged ROCm); not in the image, so not in the total.
+    device_code_removed: tuple[int, int] | None = None
 
     @property
     def total(self) -> int:
         return sum(size for _, size, _ in self.rows)
 
     def as_dict(self) -> dict[str, object]:
-        return {"total_bytes": self.total,
-                "parts": [{"part": p, "bytes": b, "files": f} for p, b, f in self.rows]}
+        data: dict[str, object] = {
+            "total_bytes": self.total,
+            "parts": [{"part": p, "bytes": b, "files": f} for p, b, f in self.rows]}
+        if self.device_code_removed is not None:
+            size, files = self.device_code_removed
+            data["device_code_removed"] = {"bytes": size, "files": files}
+        return data
 
     def lines(self) -> list[str]:
         width = max(len(p) for p in PARTS)
@@ -76,6 +84,11 @@ class SizeTable:
             out.append(f"{part:{width}}  {size / (1 << 20):9.1f}  {share:5.1f}%  {files:7d}")
         out.append(f"{'total':{width}}  {self.total / (1 << 20):9.1f}  {100.0:5.1f}%  "
                    f"{sum(f for _, _, f in self.rows):7d}")
+        if self.device_code_removed is not None:
+            size, files = self.device_code_removed
+            out.append(f"{'other GPUs removed':{width}}  {size / (1 << 20):9.1f}  "
+                       f"{'':6}  {files:7d}  (device code of other architectures, "
+                       "deleted from the base image)")
         return out
 
 
@@ -106,14 +119,15 @@ def classify(files: Mapping[str, int], package_files: Mapping[str, Iterable[str]
     return parts
 
 
-def size_table(files: Mapping[str, int], parts: Mapping[str, str]) -> SizeTable:
+def size_table(files: Mapping[str, int], parts: Mapping[str, str],
+               device_code_removed: tuple[int, int] | None = None) -> SizeTable:
     """Sum ``files`` (path -> bytes) by their ``parts`` (from ``classify``)."""
     sizes = dict.fromkeys(PARTS, 0)
     counts = dict.fromkeys(PARTS, 0)
     for path, size in files.items():
         sizes[parts[path]] += size
         counts[parts[path]] += 1
-    return SizeTable(tuple((p, sizes[p], counts[p]) for p in PARTS))
+    return SizeTable(tuple((p, sizes[p], counts[p]) for p in PARTS), device_code_removed)
 
 
 # --- what a lean final stage does not carry ---------------------------------------------------

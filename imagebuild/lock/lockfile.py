@@ -103,6 +103,7 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         source_date_epoch=_epoch(tool.get(EPOCH_KEY)),
         selector=selector,
         gpu_family=tool.get("gpu-family"),
+        device_extras=tuple(tool.get("device-extras", ())),
         megatron=git("megatron"),
         rccl_tests=git("rccl-tests"),
         sdists=tuple(sdists),
@@ -138,6 +139,9 @@ def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: st
         "lock-version": "1.0",
         "created-by": "imagebuild",
         "requires-python": f"=={recipe.python}.*",
+        # PEP 751 `extras`: the device extras the multi-arch wheels were resolved with
+        # (https://peps.python.org/pep-0751/#extras); every package is installed regardless.
+        **({"extras": list(recipe.device_extras)} if recipe.multi_arch else {}),
         "packages": packages,
         "tool": {TOOL_KEY: tool},
     }
@@ -165,6 +169,9 @@ def tool_table(recipe: Recipe, base_digest: str, hipblaslt: LockedGit | None,
     }
     if recipe.gpu_family:
         table["gpu-family"] = recipe.gpu_family
+    if recipe.multi_arch:
+        table["wheel-layout"] = "multi-arch"
+        table["device-extras"] = list(recipe.device_extras)
     if sources:
         table["sources"] = sources
     return table

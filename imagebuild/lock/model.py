@@ -59,6 +59,8 @@ class Lock:
     #: dependencies fixed by the family) and the GPU family index it was locked for.
     selector: LockedWheel | None = None
     gpu_family: str | None = None
+    #: ROCm from a multi-arch index: the extras that selected device code (device-gfx942).
+    device_extras: tuple[str, ...] = ()
     #: Megatron-LM's repository and commit, when the recipe has it.
     megatron: LockedGit | None = None
     #: ROCm/rccl-tests' repository and commit, when the recipe has it.

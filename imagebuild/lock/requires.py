@@ -80,6 +80,16 @@ def target_environment(python: str) -> dict[str, str]:
 
 def requires_dist(wheel: PinnedWheel) -> list[str]:
     """The ``Requires-Dist`` lines of the wheel's own METADATA, as written."""
+    return metadata_field(wheel, "Requires-Dist")
+
+
+def provides_extra(wheel: PinnedWheel) -> list[str]:
+    """The extras the wheel declares (``Provides-Extra``, core metadata 2.1)."""
+    return metadata_field(wheel, "Provides-Extra")
+
+
+def metadata_field(wheel: PinnedWheel, field: str) -> list[str]:
+    """Every value of one field of the wheel's own METADATA."""
     try:
         with zipfile.ZipFile(wheel.path) as archive:
             member = _metadata_member(archive.namelist(), wheel)
@@ -90,7 +100,7 @@ def requires_dist(wheel: PinnedWheel) -> list[str]:
                              "locking again downloads it again") from None
     headers = BytesHeaderParser(policy=compat32).parsebytes(data)
     # Folded header lines (a continuation starts with whitespace) are joined back.
-    return [" ".join(line.split()) for line in headers.get_all("Requires-Dist") or []]
+    return [" ".join(line.split()) for line in headers.get_all(field) or []]
 
 
 def _metadata_member(names: Sequence[str], wheel: PinnedWheel) -> str:

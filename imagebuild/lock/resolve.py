@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from packaging.requirements import Requirement
 from packaging.tags import Tag
@@ -36,7 +37,7 @@ from imagebuild.lock.epoch import relock_text
 from imagebuild.lock.index import IndexFile, WheelIndex, supported_tags
 from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
 from imagebuild.lock.model import Lock, LockedArchive, LockedGit
-from imagebuild.lock.requires import PinnedWheel, check_pins_agree
+from imagebuild.lock.requires import PinnedWheel, check_pins_agree, provides_extra
 from imagebuild.lock.sdist import sdist_build_requires, sdist_requires
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 from imagebuild.recipe.model import ROCM_SELECTOR, TE_TORCH_SDIST, GitSource, Recipe
@@ -49,6 +50,10 @@ if TYPE_CHECKING:
 TARGET_PLATFORM = "x86_64-manylinux_2_28"
 #: TheRock's per-family libraries wheel: rocm-sdk-libraries-<family>.
 LIBRARIES_PREFIX = "rocm-sdk-libraries-"
+#: A multi-arch index's device packs: the SDK's (rocm-sdk-device-<target>) and a
+#: framework's (amd-torch-device-<target>, amd-torchvision-device-<target>).
+SDK_DEVICE_PREFIX = "rocm-sdk-device-"
+DEVICE_INFIX = "-device-"
 WHEEL_PLATFORM = "manylinux_2_28_x86_64"
 
 Progress = Callable[[str], None]
@@ -152,22 +157,26 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
             downloaded.append(PinnedWheel(canonicalize_name(name), version, found.filename,
                                           cached.path))
         check_pins_agree(recipe, downloaded)
+        extras = device_extras_of(recipe, downloaded) if recipe.multi_arch else {}
         built, extra = _source_archives(recipe, index, cache, previous, progress)
         progress("resolving dependencies with uv")
         rocm_index = index_url if recipe.rocm_wheels else None
         compiled = _uv_compile(recipe, links, Path(tmp), options, rocm_index=rocm_index,
-                               extra=extra)
+                               extra=extra, extras=extras)
         if recipe.rocm_wheels:
             build_requires = _selector_build_requires(compiled, cache)
             if build_requires:  # the image builds the selector without isolation
                 progress(f"resolving the selector's build requirements: "
                          f"{', '.join(build_requires)}")
                 compiled = _uv_compile(recipe, links, Path(tmp), options,
-                                       rocm_index=rocm_index, extra=extra + build_requires)
+                                       rocm_index=rocm_index, extra=extra + build_requires,
+                                       extras=extras)
     packages = _pin_wheels(compiled, pinned, recipe.python,
                            sdist_allowed=(ROCM_SELECTOR,) if recipe.rocm_wheels else ())
     packages = sorted(packages + built, key=lambda p: p["name"])
-    if recipe.rocm_wheels:
+    if recipe.multi_arch:
+        check_devices(recipe, packages)
+    elif recipe.rocm_wheels:
         check_family(recipe, packages)
     for package in packages:
         wheel = package["wheels"][0] if "wheels" in package else package["sdist"]
@@ -243,16 +252,23 @@ def _previous_hashes(path: Path) -> dict[str, str]:
 
 def _uv_compile(recipe: Recipe, links: Path, tmp: Path, options: LockOptions,
                 runner: CommandRunner = DEFAULT_RUNNER, *, rocm_index: str | None = None,
-                extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``rocm_index``: ROCm from wheels, the family's PEP 503 index. uv asks an extra index
+                extra: tuple[str, ...] = (),
+                extras: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """``rocm_index``: ROCm from wheels, the TheRock PEP 503 index. uv asks an extra index
     before the main one and takes each project from the first index that has it (its
     "first-index" strategy), so torch and the rocm-sdk wheels come from the ROCm index and
-    nothing of the same name from PyPI can replace them."""
-    lines = recipe.wheels.as_requirements() + list(extra)
+    nothing of the same name from PyPI can replace them. ``extras``: pinned project -> the
+    device extras it is resolved with (multi-arch index: ``torch[device-gfx942]==...``)."""
+    extras = extras or {}
+    lines = [f"{name}[{','.join(extras[name])}]=={version}" if extras.get(name)
+             else f"{name}=={version}" for name, version in recipe.wheels.pinned]
+    lines += list(recipe.wheels.extra) + list(extra)
     if rocm_index:
         # torch requires rocm[libraries]==<its SDK>; this pins the SDK the recipe names, so a
-        # torch built against another one fails resolution instead of pulling that one.
-        lines.append(f"{ROCM_SELECTOR}[libraries]=={recipe.rocm}")
+        # torch built against another one fails resolution instead of pulling that one. On a
+        # multi-arch index the selector's device extras add the SDK's device packs.
+        selector_extras = ",".join(("libraries", *recipe.device_extras))
+        lines.append(f"{ROCM_SELECTOR}[{selector_extras}]=={recipe.rocm}")
     requirements = tmp / "requirements.in"
     requirements.write_text("\n".join(lines) + "\n")
     output = tmp / "pylock.toml"
@@ -342,7 +358,8 @@ def _best_wheel(name: str, wheels: list[dict[str, Any]], ranking: dict[Tag, int]
                 ) -> dict[str, Any]:
     best: tuple[int, dict[str, Any]] | None = None
     for wheel in wheels:
-        filename = wheel["url"].rsplit("/", 1)[-1]
+        # Index links quote the local version's "+" (%2B), as AMD's indexes do.
+        filename = unquote(wheel["url"].rsplit("/", 1)[-1])
         try:
             tags = parse_wheel_filename(filename)[3]
         except ValueError:
@@ -374,6 +391,55 @@ def check_family(recipe: Recipe, packages: list[dict[str, Any]]) -> None:
             f"{', '.join(found) or 'no ROCm libraries'}"
             + ("" if ROCM_SELECTOR in names else f" and no {ROCM_SELECTOR} selector"),
             hint=f"check wheels.index_url ({recipe.wheels.index_url}) serves that family")
+
+
+def device_extras_of(recipe: Recipe, wheels: list[PinnedWheel]
+                     ) -> dict[str, tuple[str, ...]]:
+    """Pinned project -> the recipe's device extras, for each pinned wheel that provides
+    device extras (torch, torchvision); torch must provide one for every target."""
+    extras: dict[str, tuple[str, ...]] = {}
+    for wheel in wheels:
+        offered = sorted(e for e in provides_extra(wheel) if e.startswith("device-"))
+        if not offered:
+            if wheel.name == "torch":
+                raise LockError(
+                    f"{recipe.name}: {wheel.filename} provides no device extras, so "
+                    f"{recipe.wheels.index_url} is not a multi-arch index",
+                    hint="for a legacy per-family index write {family} in wheels.index_url, "
+                         "e.g. https://repo.amd.com/rocm/whl/{family}/")
+            continue
+        missing = [e for e in recipe.device_extras if e not in offered]
+        if missing:
+            raise LockError(
+                f"{recipe.name}: {wheel.filename} provides no {', '.join(missing)} extra "
+                f"(it provides {', '.join(offered)})",
+                hint="this release has no device code for that target: remove it from "
+                     "gpu_targets, or pin a release that builds it")
+        extras[wheel.name] = recipe.device_extras
+    return extras
+
+
+def check_devices(recipe: Recipe, packages: list[dict[str, Any]]) -> None:
+    """A multi-arch resolution holds the SDK's device pack of every target, and device packs
+    of the recipe's targets only: another target's would be code the GPUs never run."""
+    wanted = {extra.removeprefix("device-") for extra in recipe.device_extras}
+    names = {p["name"] for p in packages}
+    devices = {name: name.rsplit(DEVICE_INFIX, 1)[1] for name in names
+               if DEVICE_INFIX in name}
+    missing = sorted(f"{SDK_DEVICE_PREFIX}{t}" for t in wanted
+                     if f"{SDK_DEVICE_PREFIX}{t}" not in names)
+    others = sorted(name for name, target in devices.items() if target not in wanted)
+    family = sorted(name for name in names if name.startswith(LIBRARIES_PREFIX))
+    if missing or others or family or ROCM_SELECTOR not in names:
+        found = [f"missing {', '.join(missing)}" if missing else "",
+                 f"device code for other targets: {', '.join(others)}" if others else "",
+                 f"per-family libraries {', '.join(family)}" if family else "",
+                 "" if ROCM_SELECTOR in names else f"no {ROCM_SELECTOR} selector"]
+        raise LockError(
+            f"{recipe.name}: gpu_targets {', '.join(recipe.gpu_targets)} need the device "
+            f"packs {', '.join(sorted(f'{SDK_DEVICE_PREFIX}{t}' for t in wanted))} from the "
+            f"multi-arch index; the resolution gave {'; '.join(f for f in found if f)}",
+            hint=f"check wheels.index_url ({recipe.wheels.index_url}) is a multi-arch index")
 
 
 def _selector_build_requires(compiled: dict[str, Any], cache: DownloadCache

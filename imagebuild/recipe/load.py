@@ -19,7 +19,13 @@ import yaml
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
 from imagebuild.project import project_dir
 from imagebuild.recipe import grammar, spec
-from imagebuild.recipe.gpu_family import FamilyError, family_of
+from imagebuild.recipe.gpu_family import (
+    FamilyError,
+    device_extras,
+    family_of,
+    multi_arch_index,
+    untested,
+)
 from imagebuild.recipe.model import (
     RADEON_INDEX,
     ROCM_WHEELS_INDEX,
@@ -32,6 +38,7 @@ from imagebuild.recipe.model import (
     RcclTuner,
     Recipe,
     TransformerEngine,
+    WheelLayout,
     Wheels,
 )
 
@@ -48,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "sites": [],
     "python": "3.12",
     "gpu_targets": [],
+    "accept_untested_targets": [],
     "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True},
     "network_plugin": {"enabled": False, "kind": "aws-ofi-nccl"},
     "megatron": {"enabled": False, "pypi": []},
@@ -368,10 +376,15 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
     hip = data["hipblaslt"]
     plugin = data["network_plugin"]
     rocm_wheels = data["rocm_from"] == "wheels"
-    family = None
-    if rocm_wheels:
-        family = _wheels_family(data, problem)
+    family = layout = None
+    extras: tuple[str, ...] = ()
     index_url = data["wheels"].get("index_url")
+    if rocm_wheels:
+        layout, index_url = _wheels_layout(data, index_url)
+        family, extras = _wheels_targets(data, layout, problem)
+    elif data["accept_untested_targets"]:
+        problem(("accept_untested_targets",), "only applies to rocm_from: wheels (the "
+                "TheRock lines); a base image's ROCm has its own support list")
     if index_url is None:
         if rocm is None:
             problem(("wheels", "index_url"),
@@ -492,12 +505,49 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         sources=sources,
         rocm_from=data["rocm_from"],
         gpu_family=family,
+        wheel_layout=layout,
+        device_extras=extras,
+        accept_untested_targets=tuple(data["accept_untested_targets"]),
         as_written={k: v for k, v in data.items() if k != "extends"},
     )
 
 
-def _wheels_family(data: dict[str, Any], problem: Callable[[Path_, str], None]) -> str | None:
-    """Checks of a recipe whose ROCm comes from wheels; returns its GPU family index."""
+def _wheels_layout(data: dict[str, Any], index_url: str | None
+                   ) -> tuple[WheelLayout, str | None]:
+    """The layout of a ROCm-from-wheels recipe's index, and the index: ``{family}`` in
+    wheels.index_url asks for the legacy per-family layout; otherwise the 7.14 and 10.x
+    lines read their multi-arch index (the recipe's index_url, a mirror of it, or AMD's)."""
+    rocm = data["rocm"] or ""
+    if index_url is not None:
+        return ("per-family" if "{family}" in index_url else "multi-arch"), index_url
+    default = multi_arch_index(rocm)
+    return ("multi-arch", default) if default else ("per-family", None)
+
+
+def _wheels_targets(data: dict[str, Any], layout: WheelLayout,
+                    problem: Callable[[Path_, str], None]) -> tuple[str | None, tuple[str, ...]]:
+    """Checks of a recipe whose ROCm comes from wheels; returns its GPU family index
+    (per-family layout) or the device extras of its targets (multi-arch)."""
+    _wheels_checks(data, problem)
+    targets = data["gpu_targets"]
+    for target in data["accept_untested_targets"]:
+        if target not in targets:
+            problem(("accept_untested_targets",),
+                    f"{target} is not in gpu_targets ({', '.join(targets) or 'none'})")
+    for why in untested(targets, data["accept_untested_targets"]):
+        problem(("gpu_targets",), f"rocm_from: wheels: {why}; to build it anyway, list the "
+                "target under accept_untested_targets")
+    try:
+        if layout == "multi-arch":
+            return None, device_extras(targets)
+        return family_of(targets), ()
+    except FamilyError as exc:
+        problem(("gpu_targets",), f"rocm_from: wheels: {exc}")
+        return None, ()
+
+
+def _wheels_checks(data: dict[str, Any], problem: Callable[[Path_, str], None]) -> None:
+    """What a recipe whose ROCm comes from wheels cannot ask for."""
     if data["rocm"] is None:
         problem(("rocm_from",), "wheels needs rocm: the ROCm SDK version the wheels pin")
     if data["hipblaslt"].get("enabled"):
@@ -526,11 +576,6 @@ def _wheels_family(data: dict[str, Any], problem: Callable[[Path_, str], None]) 
     if "rocm" in data["wheels"]["packages"]:
         problem(("wheels", "packages", "rocm"),
                 "leave the selector out: the lock adds rocm[libraries]==<rocm> itself")
-    try:
-        return family_of(data["gpu_targets"])
-    except FamilyError as exc:
-        problem(("gpu_targets",), f"rocm_from: wheels: {exc}")
-        return None
 
 
 def load_all(project: Path | None = None) -> tuple[list[Recipe], list[RecipeError]]:

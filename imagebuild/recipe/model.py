@@ -14,14 +14,18 @@ from imagebuild.files import canonical_digest
 
 PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]
 #: Where ROCm comes from: the base image (AMD's rocm/dev-* images), or Python wheels on a
-#: per-GPU-family PEP 503 index (TheRock: rocm-sdk-core, rocm-sdk-libraries-<family>).
+#: TheRock PEP 503 index (rocm-sdk-core and the libraries with their device code).
 RocmFrom = Literal["base_image", "wheels"]
+#: How a TheRock index is laid out (imagebuild.recipe.gpu_family): one index for all GPUs
+#: with device code selected by extras, or one per GPU family (legacy).
+WheelLayout = Literal["multi-arch", "per-family"]
 
 #: Where repo.radeon.com keeps the wheels of one ROCm release (flat
 #: HTML listings, one directory per patch release).
 RADEON_INDEX = "https://repo.radeon.com/rocm/manylinux/rocm-rel-{rocm}/"
-#: TheRock's release indexes, one PEP 503 simple index per GPU family (REFERENCE.md;
-#: https://github.com/ROCm/TheRock/blob/main/RELEASES.md).
+#: TheRock's legacy release indexes, one PEP 503 simple index per GPU family
+#: (https://github.com/ROCm/TheRock/blob/main/RELEASES.md); the 7.14 and 10.x lines publish
+#: multi-arch indexes instead (imagebuild.recipe.gpu_family.MULTI_ARCH_INDEXES).
 ROCM_WHEELS_INDEX = "https://repo.amd.com/rocm/whl/{family}/"
 #: The selector sdist that pulls the ROCm wheels (torch requires rocm[libraries]==<ROCm>).
 ROCM_SELECTOR = "rocm"
@@ -162,6 +166,12 @@ class Recipe:
     transformer_engine: TransformerEngine = TransformerEngine(False)
     rccl_tests: RcclTests = RcclTests(False, GitSource("", ""))
     rccl_tuner: RcclTuner = RcclTuner(False)
+    #: ROCm from wheels: the index layout, and on a multi-arch index the extras that select
+    #: device code for gpu_targets (device-gfx942, ...).
+    wheel_layout: WheelLayout | None = None
+    device_extras: tuple[str, ...] = ()
+    #: Targets TheRock does not release-test that the recipe accepts (gfx90a).
+    accept_untested_targets: tuple[str, ...] = ()
     #: The merged recipe in the recipe's own keys, defaults filled in (what ``show``
     #: prints: every key of it is one a recipe may write); not part of the input hash.
     as_written: dict[str, Any] = field(default_factory=dict, compare=False, hash=False,
@@ -170,6 +180,10 @@ class Recipe:
     @property
     def rocm_wheels(self) -> bool:
         return self.rocm_from == "wheels"
+
+    @property
+    def multi_arch(self) -> bool:
+        return self.wheel_layout == "multi-arch"
 
     @property
     def cpu_only(self) -> bool:
@@ -188,6 +202,9 @@ class Recipe:
         # without them keep their input hashes.
         for key in ("megatron", "transformer_engine", "rccl_tests", "rccl_tuner"):
             if not getattr(self, key).enabled:
+                data.pop(key)
+        for key in ("wheel_layout", "device_extras", "accept_untested_targets"):
+            if not data[key]:
                 data.pop(key)
         return _jsonable(data)
 
@@ -215,7 +232,9 @@ class Recipe:
             **({"transformer_engine": data["transformer_engine"]["version"]}
                if self.transformer_engine.enabled else {}),
             **({"rocm_from": "wheels", "gpu_family": self.gpu_family}
-               if self.rocm_wheels else {}),
+               if self.rocm_wheels and not self.multi_arch else {}),
+            **({"rocm_from": "wheels", "wheel_layout": "multi-arch",
+                "device_extras": list(self.device_extras)} if self.multi_arch else {}),
         }
 
     def lock_input_hash(self) -> str:

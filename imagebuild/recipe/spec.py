@@ -116,8 +116,9 @@ RECIPE = Obj(
         "rocm": Str("a ROCm release like 7.0.2, or null for a CPU-only image",
                     grammar.ROCM_VERSION, nullable=True),
         "rocm_from": Str("base_image (ROCm installed in the base image, AMD's rocm/dev-* "
-                         "images) or wheels (ROCm as Python wheels from the GPU family's "
-                         "index: TheRock, ROCm 10+)", enum=("base_image", "wheels")),
+                         "images) or wheels (ROCm as Python wheels from TheRock's index: "
+                         "multi-arch for 7.14 and 10.x, per GPU family with {family} in "
+                         "wheels.index_url)", enum=("base_image", "wheels")),
         "base_image": Str("an image reference like rocm/dev-ubuntu-24.04:7.0.2-complete",
                           grammar.IMAGE_REFERENCE),
         "os_packages": Seq(Str("a Debian/Ubuntu package name, optionally =version",
@@ -135,7 +136,8 @@ RECIPE = Obj(
             required=("packages",),
             fields={
                 "index_url": Str("an http(s):// or file:// URL, or an absolute directory "
-                                 "({family} is replaced by the GPU family of gpu_targets)",
+                                 "({family} is replaced by the GPU family of gpu_targets: "
+                                 "TheRock's legacy per-family layout)",
                                  grammar.INDEX_URL),
                 "packages": Table(
                     key=Str("a normalized project name like torch or pytorch-triton-rocm",
@@ -149,6 +151,10 @@ RECIPE = Obj(
         ),
         "gpu_targets": Seq(Str("an AMD GPU target like gfx942 (never 'all')",
                                grammar.GFX_TARGET, explain=unknown_target)),
+        "accept_untested_targets": Seq(Str(
+            "a GPU target TheRock builds but does not release-test, accepted for this "
+            "recipe's ROCm-from-wheels line (gfx90a)", grammar.GFX_TARGET,
+            explain=unknown_target)),
         "hipblaslt": Obj(fields={
             "enabled": Bool(),
             "repository": REPOSITORY,

@@ -20,6 +20,7 @@ from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile
 from imagebuild.render.layout import (
     CHECKS_IMPORT_NAME,
     CHECKS_SOURCE,
+    DEVICE_CODE_CHECK,
     HIPBLASLT_PREFIX,
     LIBFABRIC_PREFIX,
     SELECTOR_FILE,
@@ -28,7 +29,12 @@ from imagebuild.render.layout import (
     UV_WHEELS,
     VENV,
 )
-from imagebuild.render.plan import TUNER_CONFIG_CONTEXT, BuildPlan, plugin_prefix
+from imagebuild.render.plan import (
+    TUNER_CONFIG_CONTEXT,
+    BuildPlan,
+    device_code_diet,
+    plugin_prefix,
+)
 
 #: File in a staged context directory that marks it as ours (safe to clear and restage).
 CONTEXT_MARKER = ".imagebuild-context"
@@ -74,6 +80,8 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
     }
     if lock.selector is not None:
         files[SELECTOR_FILE] = selector_requirement(lock)
+    if device_code_diet(recipe):
+        files[DEVICE_CODE_CHECK] = (TEMPLATES / DEVICE_CODE_CHECK).read_text()
     if plan.plugin is not None:
         files["network-plugin-check.py"] = (TEMPLATES / "network-plugin-check.py").read_text()
     if plan.hipblaslt is not None:
@@ -245,6 +253,7 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
     if lock.selector is not None:
         data["rocm_wheels"] = {
             "gpu_family": recipe.gpu_family, "index": recipe.wheels.index_url,
+            **({"device_extras": list(recipe.device_extras)} if recipe.multi_arch else {}),
             "selector": {"name": lock.selector.name, "version": lock.selector.version,
                          "url": lock.selector.url, "sha256": lock.selector.sha256}}
     if hip.enabled and lock.hipblaslt:

@@ -40,10 +40,14 @@ from imagebuild.lock.lockfile import lock_path
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.model import Recipe
 from imagebuild.render.layout import (
+    DEVICE_CODE_CHECK,
+    DEVICE_CODE_REPORT,
     IMAGE_CHECKS_DIR,
     IMAGE_MANIFEST,
+    ROCM_KERNEL_DIRS,
     SELECTOR_FILE,
     SHIM_PATH,
+    TORCH_KERNEL_DIRS,
     UV_VERSION,
     UV_WHEELS,
     VENV,
@@ -53,6 +57,7 @@ from imagebuild.render.plan import (
     TUNER_CONFIG_ENV,
     TUNER_PLUGIN_ENV,
     BuildPlan,
+    device_code_diet,
 )
 from imagebuild.render.quoting import APT_CA_OFF, APT_CA_ON, ca_env, dockerfile_quote, shell_quote
 
@@ -186,7 +191,15 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "tuner_config_context": TUNER_CONFIG_CONTEXT,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
-        "rocm_wheels": {"family": recipe.gpu_family,
+        "device_code": {
+            "check": DEVICE_CODE_CHECK, "report": DEVICE_CODE_REPORT,
+            "targets": ",".join(recipe.gpu_targets),
+            "torch_lib": f"{VENV}/lib/python{recipe.python}/site-packages/torch/lib",
+            "directories": [f"{recipe.rocm_prefix}/{d}" for d in ROCM_KERNEL_DIRS] + [
+                f"{VENV}/lib/python{recipe.python}/site-packages/torch/lib/{d}"
+                for d in TORCH_KERNEL_DIRS],
+        } if device_code_diet(recipe) else None,
+        "rocm_wheels": {"family": recipe.gpu_family, "extras": list(recipe.device_extras),
                         "selector": SELECTOR_FILE if lock and lock.selector else None}
         if recipe.rocm_wheels else None,
         "venv": VENV,

@@ -84,3 +84,11 @@ SITE_CA = "/run/secrets/site-ca"
 
 #: The ROCm selector sdist as a hashed requirement, for the python stage (ROCm from wheels).
 SELECTOR_FILE = "selector.txt"
+#: The final stage's device-code diet of packaged-ROCm images, and what it writes.
+DEVICE_CODE_CHECK = "device-code-check.py"
+DEVICE_CODE_REPORT = "/opt/imagebuild/device-code.json"
+#: Where the packaged ROCm keeps kernels named by architecture, relative to rocm_prefix
+#: (rocBLAS, hipBLASLt: <libdir>/<library>/library; MIOpen: share/miopen/db), and the same
+#: in a torch wheel that bundles its own libraries (torch/lib).
+ROCM_KERNEL_DIRS = ("lib/rocblas/library", "lib/hipblaslt/library", "share/miopen/db")
+TORCH_KERNEL_DIRS = ("rocblas/library", "hipblaslt/library")

@@ -523,3 +523,10 @@ def _cache_scope(recipe: Recipe) -> str:
     repository = re.split(r"[@]", recipe.base_image)[0]
     name = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
     return re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-")
+
+
+def device_code_diet(recipe: Recipe) -> bool:
+    """Whether the final stage keeps device code for gpu_targets only: images whose ROCm comes
+    from the base image, which installs kernels for every architecture (the ROCm-from-wheels
+    kind gets its targets' device packs alone through the extras)."""
+    return recipe.rocm is not None and not recipe.rocm_wheels and bool(recipe.gpu_targets)

@@ -96,7 +96,8 @@ def test_affected_follows_parents_and_writes_github_output(
     code, out, _err = cli("ci", "affected", "--base", base, "--github-output")
     assert code == 0
     names = [entry["recipe"] for entry in json.loads(out)["include"]]
-    assert names == ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1", "rocm-7.2.4"]
+    assert names == ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
+                     "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]
     lines = output.read_text().splitlines()
     assert lines[0] == "earlier=1" and lines[2] == "any=true"
     assert json.loads(lines[1].removeprefix("matrix=")) == json.loads(out)
@@ -132,17 +133,17 @@ def test_renamed_recipe_counts_on_both_sides(git_project: Path, cli) -> None:
 def test_unknown_base_builds_everything(git_project: Path, cli, base: str, why: str) -> None:
     code, out, err = cli("ci", "affected", "--base", base)
     assert code == 0
-    assert len(json.loads(out)["include"]) == 5
+    assert len(json.loads(out)["include"]) == 7
     assert why in err
 
 
 def test_requested_recipes(git_project: Path, cli) -> None:
     code, out, _ = cli("ci", "affected", "--recipes", "rocm-7.1.1, rocm-6.4.4")
     assert [e["recipe"] for e in json.loads(out)["include"]] == ["rocm-7.1.1", "rocm-6.4.4"]
-    assert len(json.loads(cli("ci", "affected", "--recipes", "all")[1])["include"]) == 5
+    assert len(json.loads(cli("ci", "affected", "--recipes", "all")[1])["include"]) == 7
     code, _, err = cli("ci", "affected", "--recipes", "rocm-7.1")
     assert code == 2
-    assert err.startswith("error: unknown recipe(s) rocm-7.1; known: rocm-6.4.4")
+    assert err.startswith("error: unknown recipe(s) rocm-7.1; known: rocm-10.1.0, rocm-6.4.4")
 
 
 def test_github_output_outside_github(git_project: Path, cli,

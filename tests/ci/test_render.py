@@ -92,8 +92,9 @@ def test_github_default_workflow(project: Path) -> None:
 def test_gitlab_one_job_per_recipe_with_its_parents(project: Path) -> None:
     data = gitlab(render(project))
     jobs = {k: v for k, v in data.items() if k.startswith("imagebuild:rocm-")}
-    assert sorted(jobs) == ["imagebuild:rocm-6.4.4", "imagebuild:rocm-7.0.2",
-                            "imagebuild:rocm-7.0.2-swiss-ai", "imagebuild:rocm-7.1.1",
+    assert sorted(jobs) == ["imagebuild:rocm-10.1.0", "imagebuild:rocm-6.4.4",
+                            "imagebuild:rocm-7.0.2", "imagebuild:rocm-7.0.2-swiss-ai",
+                            "imagebuild:rocm-7.1.1", "imagebuild:rocm-7.14.1",
                             "imagebuild:rocm-7.2.4"]
     paths = jobs["imagebuild:rocm-7.0.2"]["rules"][1]["changes"]["paths"]
     assert paths[:5] == ["recipes/rocm-7.0.2.yaml", "recipes/_common.yaml",
@@ -200,17 +201,19 @@ def test_unsafe_recipe_file_name_is_refused(project: Path) -> None:
 
 
 @pytest.mark.parametrize("changed, expected", [
-    ("recipes/_common.yaml", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1",
-                              "rocm-7.2.4"]),
+    ("recipes/_common.yaml", ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
+                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]),
+    # the TheRock lines share their own parent
+    ("recipes/_therock.yaml", ["rocm-10.1.0", "rocm-7.14.1"]),
     # the Swiss AI recipe extends rocm-7.0.2
     ("recipes/rocm-7.0.2.yaml", ["rocm-7.0.2", "rocm-7.0.2-swiss-ai"]),
     ("recipes/pylock.rocm-6.4.4.toml", ["rocm-6.4.4"]),
     ("dockerfiles/rocm-7.1.1/Dockerfile", ["rocm-7.1.1"]),
     ("envs/rocm-7.1.1.toml", ["rocm-7.1.1"]),
-    ("imagebuild/render.py", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1",
-                              "rocm-7.2.4"]),
-    ("ci/config.yaml", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1",
-                        "rocm-7.2.4"]),
+    ("imagebuild/render.py", ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
+                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]),
+    ("ci/config.yaml", ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
+                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]),
     ("README.md", []),
     ("dockerfiles/rocm-7.1.1.orig", []),
     ("ci/github/imagebuild.yml", []),

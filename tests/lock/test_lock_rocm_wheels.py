@@ -92,9 +92,10 @@ def test_an_index_of_another_family_fails_naming_the_family(
         tmp_path: Path, sdk: RocmSdkIndex, served: IndexServer) -> None:
     path = write_recipe(tmp_path, sdk, served, "gfx942")
     # A mirror that serves gfx950's index where gfx94X's was asked for.
-    path.write_text(path.read_text().replace("{family}/", "gfx950-dcgpu/"))
+    options = LockOptions(cache_dir=tmp_path / "cache",
+                          index_url=served.url_for("gfx950-dcgpu/"))
     with pytest.raises(LockError) as caught:
-        lock(tmp_path, path)
+        lock_recipe(load_recipe(str(path)), options)
     assert "rocm-sdk-libraries-gfx94x-dcgpu" in str(caught.value)
     assert not (tmp_path / "recipes" / "pylock.therock.toml").exists()
 
@@ -158,9 +159,10 @@ def test_a_warm_uv_cache_does_not_answer_for_another_family(
     second = tmp_path / "second"
     second.mkdir()
     path = write_recipe(second, sdk, served, "gfx942")
-    path.write_text(path.read_text().replace("{family}/", "gfx950-dcgpu/"))
+    options = LockOptions(cache_dir=second / "cache",
+                          index_url=served.url_for("gfx950-dcgpu/"))
     with pytest.raises(LockError) as caught:
-        lock(second, path)
+        lock_recipe(load_recipe(str(path)), options)
     # uv itself asked for gfx94X's libraries (the selector was rebuilt for the family), not
     # the family check after a resolution made with gfx950's cached metadata.
     assert "could not resolve" in str(caught.value)

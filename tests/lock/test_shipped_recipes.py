@@ -22,6 +22,7 @@ from imagebuild.lock.lockfile import lock_path
 from imagebuild.lock.resolve import LockOptions, lock_recipe, lock_status
 from imagebuild.recipe.load import load_recipe, recipe_names
 from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
+from testbed.therock_index import make_multi_arch_index
 from testbed.transformer_engine import TE_REQUIRES, make_transformer_engine
 from tests.lock.conftest import git_repo
 from tests.support.indexserver import IndexServer, make_wheel, sha256_of, wheel_filename
@@ -30,6 +31,9 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = recipe_names(ROOT)
+#: The TheRock lines, whose ROCm comes from AMD's multi-arch index.
+MULTI_ARCH = [name for name in SHIPPED
+              if load_recipe(str(ROOT / "recipes" / f"{name}.yaml")).multi_arch]
 GITHUB = "https://github.com/"
 BASE_DIGEST = "sha256:" + "5e" * 32
 
@@ -73,7 +77,50 @@ def test_the_rocm_7_2_line_is_shipped() -> None:
     assert any(name.startswith("rocm-7.2.") for name in SHIPPED), SHIPPED
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+def test_the_therock_lines_are_shipped() -> None:
+    assert any(name.startswith("rocm-7.14.") for name in MULTI_ARCH), MULTI_ARCH
+    assert any(name.startswith("rocm-10.") for name in MULTI_ARCH), MULTI_ARCH
+
+
+@pytest.mark.parametrize("name", MULTI_ARCH)
+def test_shipped_therock_recipe_locks_against_a_multi_arch_fixture_index(
+        name: str, tmp_path: Path, served: IndexServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its pins against an index shaped like AMD's multi-arch one (testbed.therock_index:
+    torch and torchvision with a device extra per target, device packs for more targets
+    than the recipe's, the selector sdist, published hashes), served under the recipe's
+    own index path: only the recipe's targets' device code is locked."""
+    path = copy_project(tmp_path, name)
+    monkeypatch.setenv("IMAGEBUILD_PROJECT", str(path.parents[1]))
+    recipe = load_recipe(str(path))
+    pins = dict(recipe.wheels.pinned)
+    index_path = urlsplit(recipe.wheels.index_url).path.strip("/")
+    sdk = make_multi_arch_index(served.directory, name=index_path, version=recipe.rocm or "",
+                                targets=("gfx90a", "gfx942", "gfx950", "gfx1100"),
+                                pins=pins)
+    make_pypi_index(served.directory / "simple",
+                    [*pypi_requirements(pins), *recipe.wheels.extra])
+    index_url = served.url_for(f"{index_path}/")
+    lock = lock_recipe(recipe, LockOptions(index_url=index_url,
+                                           pypi_url=served.url_for("simple/"),
+                                           cache_dir=tmp_path / "cache"))
+    for project, version in pins.items():
+        wheel = lock.wheel(project)
+        assert wheel is not None and wheel.version == version, project
+        filename = wheel.url.rsplit("/", 1)[-1].replace("%2B", "+")
+        assert wheel.sha256 == sha256_of(sdk.index_dir / project / filename)
+    targets = [t.split(":")[0] for t in recipe.gpu_targets]
+    devices = {w.name for w in lock.wheels if "-device-" in w.name}
+    assert devices == {f"{prefix}-{t}" for t in targets for prefix in (
+        "rocm-sdk-device", "amd-torch-device", "amd-torchvision-device")}
+    assert lock.device_extras == tuple(f"device-{t}" for t in sorted(targets))
+    assert lock.selector is not None and lock.selector.version == recipe.rocm
+    assert {w.name for w in lock.wheels} >= {"numpy", "sympy", "filelock", "rocm-sdk-core",
+                                            "rocm-sdk-libraries"}
+    assert lock_status(recipe).state == "locked"
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in MULTI_ARCH])
 def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
                                                       served: IndexServer,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:

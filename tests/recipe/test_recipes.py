@@ -45,9 +45,15 @@ def test_shipped_recipes_cover_the_three_rocm_releases() -> None:
         assert recipe.python == "3.12"
         assert recipe.wheels.version_of("torch"), name
         assert recipe.rocm and recipe.rocm in recipe.wheels.version_of("torch")
+        assert recipe.gpu_targets and "all" not in recipe.gpu_targets
+        if recipe.multi_arch:  # the TheRock lines: the SDK's wheels carry hipBLASLt
+            assert recipe.wheels.index_url in (
+                "https://repo.amd.com/rocm/whl-multi-arch/",
+                "https://stable.repo.amd.com/rocm/whl-next/"), name
+            assert "gfx90a" not in recipe.gpu_targets
+            continue
         assert recipe.wheels.index_url.endswith(f"rocm-rel-{recipe.rocm}/")
-        assert recipe.hipblaslt.enabled and recipe.gpu_targets
-        assert "all" not in recipe.gpu_targets
+        assert recipe.hipblaslt.enabled
 
 
 def test_new_rocm_release_is_a_short_file() -> None:
