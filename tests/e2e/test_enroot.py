@@ -4,7 +4,7 @@ unprivileged user, for the image built by docker and the one built by podman.
 
 Checked: plain ``python3`` is the venv's and imports torch; the environment is what
 ``docker run`` / ``podman run`` show, apart from the variables a runtime sets itself
-(``RUNTIME_OWNED``, listed in the README too); ``imagebuild validate --allow-cpu`` passes on
+(``RUNTIME_OWNED``, listed in docs/runtimes.md too); ``imagebuild validate --allow-cpu`` passes on
 enroot's read-only root and keeps its report; the image's default command runs; the build
 host's /etc files are empty; and the EDF written beside the .sqsh, applied the way the
 Container Engine applies it (env, mounts, writable), gives that environment and those mounts.
@@ -55,7 +55,7 @@ SITE = "cscs-beverin"
 REPO = Path(__file__).resolve().parents[2]
 
 #: Variables a runtime sets itself: `env` under enroot and under the engine may differ in
-#: these, in nothing else. README.md ("Which runtimes are proven, and how") lists them too.
+#: these, in nothing else. docs/runtimes.md ("Which runtimes are proven, and how") lists them too.
 RUNTIME_OWNED = {
     "HOSTNAME": "docker and podman set it to the container's host name; enroot shares the "
                 "host's UTS namespace and sets no variable",
@@ -304,7 +304,7 @@ def test_edf_applies_like_the_container_engine(enroot: Enroot, world: Path, buil
     assert probe.returncode != 0 and "Read-only file system" in probe.stderr
 
 
-def test_runtime_owned_variables_are_in_the_readme() -> None:
-    readme = (REPO / "README.md").read_text()
-    missing = [name for name in RUNTIME_OWNED if f"`{name}`" not in readme]
-    assert not missing, f"README.md does not document: {', '.join(missing)}"
+def test_runtime_owned_variables_are_documented() -> None:
+    doc = (REPO / "docs" / "runtimes.md").read_text()
+    missing = [name for name in RUNTIME_OWNED if f"`{name}`" not in doc]
+    assert not missing, f"docs/runtimes.md does not document: {', '.join(missing)}"
