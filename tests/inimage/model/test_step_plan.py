@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild.inimage.model.llama import LLAMA_3_1_8B, LlamaConfig
+from imagebuild.inimage.model.llama import LLAMA_3_1_8B, LlamaConfig, parameter_counts
 from imagebuild.inimage.model.step_plan import estimate, most_layers, plan_training
 
 GB = 10**9
@@ -104,3 +104,13 @@ def test_a_small_model_fits_without_checkpointing() -> None:
                         vocab_size=2048, max_seq_len=256)
     plan = plan_training(small, 256, 1, 1, 8 * GIB)
     assert plan.workload == "full" and plan.activation_checkpointing == "none"
+
+
+def test_a_block_in_flight_costs_eight_bytes_per_parameter() -> None:
+    """bf16 parameters (2) + bf16 gradients (2) + the fp32 reduce-scatter input (4), for the
+    block computed and the one prefetched; 6 bytes left the fp32 buffer or the bf16
+    gradients out."""
+    block = parameter_counts(LLAMA_3_1_8B)["per_layer"]
+    plan = estimate(LLAMA_3_1_8B, 32, 8192, 8, 80 * GIB, "full")
+    assert plan.blocks_in_flight == 2 * block * 8
+    assert plan.root == 8 * (2 * 128256 * 4096 + 4096)
