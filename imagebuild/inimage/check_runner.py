@@ -29,6 +29,7 @@ from typing import Any
 from . import CHECK_MODULES, CHECK_NAMES
 from .gpu_data import (
     UsageError,
+    device_peak,
     effective_thresholds,
     load_gpu_data,
     load_threshold_file,
@@ -228,8 +229,10 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     if options.peak_tflops:
         ctx.peak_tflops, ctx.peak_source = float(options.peak_tflops), "--peak-tflops"
     elif ctx.gpu_match and ctx.gpu_match.model:
-        ctx.peak_tflops = ctx.gpu_match.model.peak_bf16_dense_tflops
-        ctx.peak_source = f"{model} in {gpu_data.get('_path')} (matched by {ctx.gpu_match.how})"
+        peak = device_peak(ctx.gpu_match.model, ctx.gpu.multiprocessors if ctx.gpu else None)
+        ctx.peak_tflops, ctx.partition = peak.tflops, peak.partition
+        ctx.peak_source = (f"{model} in {gpu_data.get('_path')} (matched by "
+                           f"{ctx.gpu_match.how}): {peak.source}")
     ctx.thresholds = effective_thresholds(gpu_data, model, overrides)
     ctx.manifest_path = manifest_path(options)
     ctx.manifest, ctx.manifest_problem = load_manifest(ctx.manifest_path)
@@ -321,6 +324,7 @@ def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]]) -> dict[str,
         "gpu_model": ctx.gpu_model,
         "peak_bf16_tflops": ctx.peak_tflops,
         "peak_source": ctx.peak_source or None,
+        "partition": ctx.partition,
         "gpus": [r for r in ranks if r.get("name")],
         "ranks": ranks,
         "thresholds": ctx.thresholds,
