@@ -234,3 +234,33 @@ def test_binding_is_expected_from_the_flag_or_slurm() -> None:
         "SLURM_CPU_BIND_TYPE=mask_cpu:")
     assert devices.binding_expected(False, {"SLURM_CPU_BIND_TYPE": "none"}) is None
     assert devices.binding_expected(False, {}) is None
+
+
+def test_gemm_rotates_operand_sets_larger_than_the_last_level_cache() -> None:
+    """One reused set of operands stays partly in the cache (256 MB Infinity Cache on
+    MI300X): the timed loop must walk through more bytes than the cache holds."""
+    problem = GemmProblem(256, 128, 64, False, True, 1, "test")
+    per_set = (256 * 64 + 64 * 128 + 256 * 128) * 2
+    llc = 5 * per_set
+    sets = gemm.rotating_operands(problem, CPU, llc)
+    assert len(sets) == 10  # 2 x the cache, rounded up to whole sets
+    assert len({a.data_ptr() for a, _, _ in sets}) == len(sets)
+    assert all(b.shape == (64, 128) and not b.is_contiguous() for _, b, _ in sets)  # B.T view
+    row = gemm.measure_problem(problem, CPU, target_s=0.01, llc_bytes=llc)
+    assert row["rotating_sets"] == 10 and row["rotating_bytes"] > llc
+    assert row["rotating_exceeds_cache"]
+
+
+def test_gemm_visits_every_operand_set_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real_mm = torch.mm
+
+    def recording_mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        seen.append(a.data_ptr())
+        return real_mm(a, b, out=out)
+
+    monkeypatch.setattr(torch, "mm", recording_mm)
+    problem = GemmProblem(64, 64, 64, False, False, 1, "test")
+    row = gemm.measure_problem(problem, CPU, target_s=0.001, llc_bytes=3 * 64 * 64 * 2 * 3)
+    assert len(set(seen)) == row["rotating_sets"] == 6
+    assert all(seen[i] == seen[i - 6] for i in range(6, len(seen)))  # in turn, round again
