@@ -123,7 +123,8 @@ KEY_FIGURES: tuple[KeyFigure, ...] = (
     KeyFigure("train configuration", "", _train_setup_text, plot=False),
     KeyFigure(TOKENS_PER_S, "tokens/s", _figure("train", "tokens_per_s_per_gpu")),
     KeyFigure("train TFLOP/s/GPU", "TFLOP/s", _figure("train", "tflops_per_gpu")),
-    KeyFigure("train MFU", "%", _percent("train", "mfu")),
+    KeyFigure("train MFU (model FLOPs)", "%", _percent("train", "mfu")),
+    KeyFigure("train HFU (with recompute)", "%", _percent("train", "hfu")),
     KeyFigure("train peak memory", "GiB", _figure("train", "peak_memory_gib")),
 )
 

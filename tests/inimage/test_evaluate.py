@@ -161,6 +161,15 @@ def _train_figures(losses: list[float], tokens_per_s: float = 5000.0) -> dict:
             "tflops_per_gpu": tokens_per_s * flops / 1e12}
 
 
+def test_train_reports_mfu_with_its_convention_and_hfu_beside_it() -> None:
+    figures = _train_figures([12.0, 11.0], tokens_per_s=5000)
+    figures["hardware_tflops_per_gpu"] = figures["tflops_per_gpu"] * 1.3
+    result = train.evaluate(figures, [[12.0, 11.0]], 989.0, THRESHOLDS, gpu=True)
+    assert result.figures["hfu"] == pytest.approx(result.figures["mfu"] * 1.3, abs=1e-4)
+    assert "(model FLOPs, recompute not counted)" in result.reason
+    assert f"HFU {result.figures['hfu']:.1%} (with recompute)" in result.reason
+
+
 def test_train_low_mfu_fails_with_numbers() -> None:
     result = train.evaluate(_train_figures([12.0, 11.0], tokens_per_s=1000), [[12.0, 11.0]],
                             989.0, THRESHOLDS, gpu=True)
