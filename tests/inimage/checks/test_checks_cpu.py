@@ -264,3 +264,15 @@ def test_gemm_visits_every_operand_set_in_turn(monkeypatch: pytest.MonkeyPatch) 
     row = gemm.measure_problem(problem, CPU, target_s=0.001, llc_bytes=3 * 64 * 64 * 2 * 3)
     assert len(set(seen)) == row["rotating_sets"] == 6
     assert all(seen[i] == seen[i - 6] for i in range(6, len(seen)))  # in turn, round again
+
+
+def test_hipblaslt_figure_below_its_floor_fails() -> None:
+    """A bench that runs at a fraction of the peak used to pass on any figure."""
+    thresholds = {"hipblaslt_min_fraction": 0.35}
+    slow = hipblaslt.evaluate(100.0, 1307.4, thresholds, "hipblaslt-bench", {})
+    assert slow.status == "failed"
+    assert "hipblaslt-bench bf16 GEMM 7.65% of peak, expected >= 35.0% of peak" in slow.reason
+    fast = hipblaslt.evaluate(700.0, 1307.4, thresholds, "hipblaslt-bench", {})
+    assert fast.status == "passed" and fast.figures["fraction_of_peak"] == 0.5354
+    unknown = hipblaslt.evaluate(700.0, None, thresholds, "hipblaslt-bench", {})
+    assert unknown.status == "skipped" and "--peak-tflops" in unknown.reason
