@@ -38,6 +38,7 @@ from .gpu_data import (
 from .image_manifest import load_manifest
 from .job_rank import Launch, detect_launch, free_port, single_process
 from .options import check_consistency, manifest_path, parse, selected_checks
+from .references import judge_against_references, load_references, relaxed_thresholds
 from .result import CheckResult, failed, merge_ranks
 from .run_report import (
     EVENT_PREFIX,
@@ -71,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_consistency(options)
         gpu_data = load_gpu_data(options.gpu_data)
         overrides = load_threshold_file(options.thresholds, gpu_data) if options.thresholds else {}
+        if options.references:
+            load_references(options.references)  # a bad file stops here, before any rank
         launch = detect_launch(os.environ)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -234,6 +237,8 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
         ctx.peak_source = (f"{model} in {gpu_data.get('_path')} (matched by "
                            f"{ctx.gpu_match.how}): {peak.source}")
     ctx.thresholds = effective_thresholds(gpu_data, model, overrides)
+    references = load_references(options.references) if options.references else None
+    mine = references.for_gpu(model, cpu=not gpu) if references else {}
     ctx.manifest_path = manifest_path(options)
     ctx.manifest, ctx.manifest_problem = load_manifest(ctx.manifest_path)
 
@@ -247,12 +252,15 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
                   host=ctx.host)
     results: list[CheckResult] = []
-    facts = _run_facts(options, ctx, ranks) if ctx.rank == 0 else {}
+    facts = _run_facts(options, ctx, ranks, references, mine) if ctx.rank == 0 else {}
     destination = _destination(options, ctx, started)
     for index, name in enumerate(names, start=1):
         progress.emit("check_started", name=name, index=index, total=len(names))
         module = importlib.import_module(f".checks.{CHECK_MODULES.get(name, name)}", __package__)
         begin = time.perf_counter()
+        floors = ctx.thresholds
+        # A figure the system's references cover is judged against them, not the floor.
+        ctx.thresholds = relaxed_thresholds(name, floors, mine)
         try:
             result = module.run(ctx)
         except Exception as exc:  # noqa: BLE001 - a broken check is a failed result
@@ -263,6 +271,9 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
         gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
         merge = getattr(module, "merge", None)
         merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
+        ctx.thresholds = floors
+        merged = judge_against_references(merged, mine, floors,
+                                          references.system if references else None, gpu)
         results.append(merged)
         progress.emit("check_finished", result=merged.to_dict())
         if ctx.rank == 0 and destination is not None and index < len(names):
@@ -302,7 +313,8 @@ def _gather_results(ctx: Any, name: str, result: CheckResult) -> list[dict[str, 
     raise RanksOutOfStep(f"ranks could not agree on the results of {name}")
 
 
-def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]], references: Any,
+               mine: dict[str, Any]) -> dict[str, Any]:
     """What the report says about the run, besides the checks (gathered once, rank 0)."""
     from .checks.environment import installed_versions
 
@@ -328,6 +340,9 @@ def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]]) -> dict[str,
         "gpus": [r for r in ranks if r.get("name")],
         "ranks": ranks,
         "thresholds": ctx.thresholds,
+        "references": ({"system": references.system, "source": references.source,
+                        "figures": {k: r.to_list() for k, r in sorted(mine.items())}}
+                       if references else None),
         "options": {key: value for key, value in sorted(vars(options).items())
                     if key not in ("events",)},
     }

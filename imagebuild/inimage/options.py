@@ -63,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                         f"or {DEFAULT_MANIFEST})")
     g.add_argument("--thresholds", default=None, metavar="FILE",
                    help="threshold overrides (JSON; the host CLI also reads YAML)")
+    g.add_argument("--references", default=None, metavar="FILE",
+                   help="this system's expected figures with tolerances (JSON: system, gpus: "
+                        "{model: {check.figure: [value, lower, upper, unit]}}); a figure "
+                        "with a reference is judged against it instead of the generic floor")
     g.add_argument("--peak-tflops", type=float, default=None, metavar="X",
                    help="bf16 dense peak TFLOP/s per device, instead of the GPU table")
     g.add_argument("--gpu-data", default=None, metavar="PATH",
