@@ -32,6 +32,7 @@ from imagebuild.validate.invocation import (
     staged_checks,
 )
 from imagebuild.validate.launch_sbatch import GPU_SELECTIONS, SbatchSpec
+from imagebuild.validate.references_input import references_for_run
 from imagebuild.validate.site_defaults import SiteDefaults, expand_refs, present_binds, resolve
 from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
@@ -41,7 +42,7 @@ _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", 
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
                "distribution", "exclusive",
-               "bind_host_rocm", "tuning"}
+               "bind_host_rocm", "tuning", "references"}
 
 
 def register(subparsers: Any) -> None:
@@ -214,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
         gpus = "rocm"
     defaults = site_defaults(args)
     thresholds = load_thresholds(args.thresholds)
+    references = references_for_run(args.references, load_site(args.site, project_dir())
+                                    if args.site else None, project_dir())
     runner_args = iter_runner_flags(runner_values(args, defaults, launcher), _runner_actions())
     # validate/ takes the bundle as plain flags, binds and environment; tune/ makes them.
     tuning = tuning_launch(Path(args.tuning), target.recipe, container) if args.tuning else None
@@ -225,8 +228,15 @@ def run(args: argparse.Namespace) -> int:
                 raise ValidateError("--launcher sbatch: the in-image runner reads JSON "
                                     "thresholds; give a .json file")
             runner_args += ["--thresholds", str(Path(args.thresholds).resolve())]
+        if references:
+            if references[1].suffix != ".json":
+                raise ValidateError(f"--launcher sbatch: the in-image runner reads JSON "
+                                    f"references; {references[1]} is not a .json file",
+                                    hint="convert it and pass --references FILE.json")
+            runner_args += ["--references", str(references[1].resolve())]
     else:
-        inputs_dir, extra = prepare_inputs(thresholds, container)
+        inputs_dir, extra = prepare_inputs(thresholds, container,
+                                           references[0] if references else None)
         runner_args += extra
     out = Console()
     err = Console(stderr=True)
