@@ -50,6 +50,7 @@ from .run_report import (
     verdict_line,
     write_report,
 )
+from .stragglers import CPU_MARGIN, GPU_MARGIN, judge_stragglers
 
 #: Checks that need more than one rank to mean anything (the runner then starts two
 #: processes in CPU mode).
@@ -247,6 +248,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
                  **(ctx.gpu.to_dict() if ctx.gpu else {})}
     ranks = ctx.all_gather_object(rank_info)
 
+    margin = options.straggler_margin or (GPU_MARGIN if gpu else CPU_MARGIN)
     names = selected_checks(options)
     progress = Progress(options.events, enabled=ctx.rank == 0)
     progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
@@ -274,6 +276,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
         ctx.thresholds = floors
         merged = judge_against_references(merged, mine, floors,
                                           references.system if references else None, gpu)
+        merged = judge_stragglers(merged, ranks, margin)
         results.append(merged)
         progress.emit("check_finished", result=merged.to_dict())
         if ctx.rank == 0 and destination is not None and index < len(names):

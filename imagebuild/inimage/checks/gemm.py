@@ -18,15 +18,26 @@ by how often one training step runs it: all FLOPs of a step over all their time.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
 import torch
 
 from ..check_context import Context
-from ..model.llama import LLAMA_3_1_8B
+from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE
 from ..model.workload import GemmProblem, gemm_problems, read_gemm_problems
-from ..result import INCOMPLETE, NO_GPU, CheckResult, below_minimum, failed, judge, skipped
+from ..result import (
+    INCOMPLETE,
+    NO_GPU,
+    CheckResult,
+    below_minimum,
+    failed,
+    judge,
+    passed,
+    skipped,
+)
+from ..test_hooks import hook_figures, slow_rank_delay
 from ..timing import calibrated_time
 
 NAME = "gemm"
@@ -87,14 +98,17 @@ def rotating_operands(problem: GemmProblem, device: torch.device, llc_bytes: int
 
 
 def measure_problem(problem: GemmProblem, device: torch.device, target_s: float = 0.05,
-                    llc_bytes: int = DEFAULT_LLC_BYTES) -> dict[str, Any]:
-    sets = rotating_operands(problem, device, llc_bytes)
+                    llc_bytes: int = DEFAULT_LLC_BYTES, dtype: torch.dtype = torch.bfloat16,
+                    delay_s: float = 0.0) -> dict[str, Any]:
+    sets = rotating_operands(problem, device, llc_bytes, dtype)
     turn = [0]
 
     def step() -> None:
         a, b, out = sets[turn[0] % len(sets)]
         turn[0] += 1
         torch.mm(a, b, out=out)
+        if delay_s:
+            time.sleep(delay_s)  # the straggler test hook only (test_hooks.py)
 
     seconds, iters = calibrated_time(step, device, warmup=3, target_s=target_s,
                                      min_iters=5, max_iters=200)
@@ -143,8 +157,14 @@ def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
     return judge(NAME, problems, ok, figures)
 
 
+#: Operand sets on CPU span twice this (a server CPU's last-level cache is tens of MB).
+CPU_LLC_BYTES = 32 * 2**20
+
+
 def run(ctx: Context) -> CheckResult:
     if ctx.mode != "gpu":
+        if getattr(ctx.options, "cpu_gemm", False):
+            return run_on_cpu(ctx)
         return skipped(NAME, NO_GPU, "GPU-only: bf16 GEMM throughput needs a GPU")
     wrong = check_correctness(ctx.device)
     if wrong:
@@ -159,10 +179,31 @@ def run(ctx: Context) -> CheckResult:
                   f"{ctx.options.train_batch})")
     model = ctx.gpu_match.model if ctx.gpu_match else None
     llc = int(model.llc_mib * 2**20) if model and model.llc_mib else DEFAULT_LLC_BYTES
-    per_shape = [measure_problem(p, ctx.device, llc_bytes=llc) for p in problems]
+    delay = slow_rank_delay(ctx.rank)
+    per_shape = [measure_problem(p, ctx.device, llc_bytes=llc, delay_s=delay) for p in problems]
     torch.cuda.empty_cache()
     label = ctx.gpu.name if ctx.gpu else "this GPU"
     result = evaluate(per_shape, ctx.peak_tflops, ctx.thresholds, label, origin)
     return replace(result, figures={**result.figures, "last_level_cache_bytes": llc,
                                     "operands": f"rotated through more than "
-                                                f"{ROTATE_OVER_CACHE}x the last-level cache"})
+                                                f"{ROTATE_OVER_CACHE}x the last-level cache",
+                                    **hook_figures(delay)})
+
+
+def run_on_cpu(ctx: Context) -> CheckResult:
+    """--cpu-gemm: the same measurement on the CPU proxy model's GEMMs in float32, on every
+    rank, with no threshold; what it gives a CPU run is a per-rank figure (stragglers)."""
+    config = replace(LLAMA_CPU_SMOKE, max_seq_len=256)
+    problems = gemm_problems(config, 256)
+    delay = slow_rank_delay(ctx.rank)
+    per_shape = [measure_problem(p, ctx.device, target_s=0.02, llc_bytes=CPU_LLC_BYTES,
+                                 dtype=torch.float32, delay_s=delay) for p in problems]
+    total_flops = sum(s["flops"] * s["count"] for s in per_shape)
+    total_time = sum(s["seconds"] * s["count"] for s in per_shape)
+    tflops = total_flops / total_time / 1e12
+    figures = {"shapes": [{k: v for k, v in s.items() if k != "flops"} for s in per_shape],
+               "tflops": round(tflops, 4), "dtype": "float32",
+               "problems_from": "the CPU proxy model's training GEMMs (seq 256)",
+               "last_level_cache_bytes": CPU_LLC_BYTES, **hook_figures(delay)}
+    return passed(NAME, f"CPU proxy: {tflops * 1e3:.1f} GFLOP/s float32 over {len(problems)} "
+                  "GEMMs of the CPU proxy model (no threshold on CPU)", figures)
