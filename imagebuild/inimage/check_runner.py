@@ -35,6 +35,7 @@ from .gpu_data import (
     load_threshold_file,
     match_gpu,
 )
+from .history import append_history, history_record
 from .image_manifest import load_manifest
 from .job_rank import Launch, detect_launch, free_port, single_process
 from .options import check_consistency, manifest_path, parse, selected_checks
@@ -343,6 +344,8 @@ def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]], references: 
         "gpus": [r for r in ranks if r.get("name")],
         "ranks": ranks,
         "thresholds": ctx.thresholds,
+        "system": (options.system or (references.system if references else None)
+                   or ctx.host),
         "references": ({"system": references.system, "source": references.source,
                         "figures": {k: r.to_list() for k, r in sorted(mine.items())}}
                        if references else None),
@@ -380,6 +383,13 @@ def _finish(options: Any, facts: dict[str, Any], results: list[CheckResult],
                           run={**facts, "complete": True, "checks_pending": []},
                           allow_cpu=options.allow_cpu)
     code = report["summary"]["exit_code"]
+    if options.history:
+        try:
+            append_history(options.history, history_record(report, report.get("system")))
+        except OSError as exc:
+            print(f"error: cannot append to history {options.history}: {exc.strerror}",
+                  file=sys.stderr)
+            code = 2
     written = None
     if destination is not None:
         try:

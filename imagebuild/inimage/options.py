@@ -67,6 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                    help="this system's expected figures with tolerances (JSON: system, gpus: "
                         "{model: {check.figure: [value, lower, upper, unit]}}); a figure "
                         "with a reference is judged against it instead of the generic floor")
+    g.add_argument("--history", default=None, metavar="FILE",
+                   help="append this run's key figures, image identity and configuration to "
+                        "FILE (JSON lines, one file per system); imagebuild report --history "
+                        "FILE shows them over time")
+    g.add_argument("--system", default=None, metavar="NAME",
+                   help="the system's name in the report and history (default: the "
+                        "references' system, else the host)")
     g.add_argument("--straggler-margin", type=float, default=None, metavar="FRACTION",
                    help="a rank whose per-rank figure (GEMM, attention, hipBLASLt TFLOP/s) is "
                         "more than FRACTION below the median of its peers is named and fails "
