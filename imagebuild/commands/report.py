@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
+from imagebuild.inimage.fingerprint import differences
 from imagebuild.inimage.run_report import utc_now
 from imagebuild.validate.compare import (
     PLOT_NEEDS_MATPLOTLIB,
@@ -93,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     for note in comparison_notes(reports):
         console.print(f"[yellow]note:[/] {escape(note)}")
+    if len(reports) == 2:
+        print_fingerprint_differences(console, reports)
     if args.no_plot:
         return 0
     if args.plot is None and not plot_available():
@@ -107,6 +110,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 SHOWN_RUNS = 10
+
+
+def print_fingerprint_differences(console: Any, reports: list[dict[str, Any]]) -> None:
+    """Beside how the figures differ: what differs in the libraries the two runs loaded."""
+    from rich.markup import escape
+
+    first, second = (r.get("fingerprint") for r in reports)
+    if not first or not second:
+        missing = [str(i) for i, f in ((1, first), (2, second)) if not f]
+        console.print(f"fingerprint: report {' and '.join(missing)} has none (written before "
+                      "reports carried one)")
+        return
+    lines = differences(first, second)
+    if not lines:
+        console.print(f"fingerprint: the same {len(first.get('files', []))} libraries loaded, "
+                      "byte for byte, from the same places")
+        return
+    console.print(f"fingerprint: {len(lines)} difference(s) in the libraries the runs loaded:")
+    for line in lines:
+        console.print(f"  {escape(line)}", soft_wrap=True)
 
 
 def show_history(args: argparse.Namespace) -> int:

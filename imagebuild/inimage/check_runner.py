@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import CHECK_MODULES, CHECK_NAMES
+from .fingerprint import fingerprint
 from .gpu_data import (
     UsageError,
     device_peak,
@@ -289,6 +290,8 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
 
     code = exit_code(results, options.allow_cpu)
     if ctx.rank == 0:
+        # After the checks: RCCL/NCCL, the plugins and the GEMM libraries are loaded by now.
+        facts["fingerprint"] = fingerprint()
         code = _finish(options, facts, results, started, destination)
     code = ctx.all_gather_object(code)[0]
     # Drop what still holds the process groups (a train check's FSDP mesh, collectives'
