@@ -23,6 +23,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from .run_report import (
     write_report,
 )
 from .stragglers import CPU_MARGIN, GPU_MARGIN, judge_stragglers
+from .telemetry import Sampler, open_reader
 
 #: Checks that need more than one rank to mean anything (the runner then starts two
 #: processes in CPU mode).
@@ -251,16 +253,24 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     ranks = ctx.all_gather_object(rank_info)
 
     margin = options.straggler_margin or (GPU_MARGIN if gpu else CPU_MARGIN)
+    if gpu and ctx.gpu is not None:
+        reader, telemetry_source = open_reader(ctx.gpu.vendor, ctx.gpu.index,
+                                               ctx.gpu.pci_bus_id)
+    else:
+        reader, telemetry_source = None, "not available: CPU mode, no GPU to read"
     names = selected_checks(options)
     progress = Progress(options.events, enabled=ctx.rank == 0)
     progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
                   host=ctx.host)
     results: list[CheckResult] = []
     facts = _run_facts(options, ctx, ranks, references, mine) if ctx.rank == 0 else {}
+    if ctx.rank == 0:
+        facts["telemetry"] = telemetry_source
     destination = _destination(options, ctx, started)
     for index, name in enumerate(names, start=1):
         progress.emit("check_started", name=name, index=index, total=len(names))
         module = importlib.import_module(f".checks.{CHECK_MODULES.get(name, name)}", __package__)
+        sampler = Sampler(reader, telemetry_source).start() if reader else None
         begin = time.perf_counter()
         floors = ctx.thresholds
         # A figure the system's references cover is judged against them, not the floor.
@@ -272,6 +282,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
             first = str(exc).splitlines()[0] if str(exc) else ""
             result = failed(name, f"error: {type(exc).__name__}: {first}"[:300], details=tail)
         result = result.with_duration(time.perf_counter() - begin)
+        local_telemetry = sampler.stop() if sampler else None
         gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
         merge = getattr(module, "merge", None)
         merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
@@ -279,6 +290,11 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
         merged = judge_against_references(merged, mine, floors,
                                           references.system if references else None, gpu)
         merged = judge_stragglers(merged, ranks, margin)
+        if gpu:  # beside the figure they explain: every rank's GPU during this check
+            telemetry = ctx.all_gather_object(local_telemetry, tag=f"telemetry:{name}")
+            merged = replace(merged, figures={**merged.figures, "telemetry": [
+                {"rank": rank, **(t or {"source": telemetry_source})}
+                for rank, t in enumerate(telemetry)]})
         results.append(merged)
         progress.emit("check_finished", result=merged.to_dict())
         if ctx.rank == 0 and destination is not None and index < len(names):
