@@ -86,7 +86,9 @@ def test_a_rank_made_slow_on_purpose_is_named_on_cpu(tmp_path: Path) -> None:
 def test_without_a_slow_rank_the_cpu_gemm_passes(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--straggler-margin", "0.9")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    gemm = check(json.loads((tmp_path / "r.json").read_text()), "gemm")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert_valid_report(report)
+    gemm = check(report, "gemm")
     assert gemm["status"] == "passed" and gemm["figures"]["stragglers"] == []
     assert all(r["tflops"] > 0 for r in gemm["figures"]["per_rank"])
 
