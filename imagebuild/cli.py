@@ -57,7 +57,24 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 continue
             raise
         module.register(subparsers)
+    _finish_help(parser)
     return parser
+
+
+def _finish_help(parser: argparse.ArgumentParser) -> None:
+    """Every command's --help has a description (its one-line help when it has no more)
+    and shows docstrings' ``literals`` as `literals`, not reStructuredText."""
+    if parser.description:
+        parser.description = parser.description.replace("``", "`")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not sub.description and (text := helps.get(name)):
+                    sub.description = f"{text[0].upper()}{text[1:]}."
+                _finish_help(sub)
+        elif action.help:
+            action.help = action.help.replace("``", "`")
 
 
 def report_error(exc: ImagebuildError) -> None:

@@ -39,10 +39,11 @@ from testbed.wheel_index import make_wheel
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: What the toolchain stage needs besides ROCm: autotools and compilers, readelf (binutils),
 #: python3 (the load check), hwloc's headers. No hipcc: the plugins are C (the 7.2.4 base's
-#: ROCm packages bring it, for rccl-tests).
+#: ROCm packages bring it, for rccl-tests). libc6-dev: the tuner stage names it (gcc only
+#: recommends it); listed here so that every recipe's toolchain stage stays one layer.
 TOOLCHAIN_PACKAGES = (
     "autoconf", "automake", "binutils", "bzip2", "ca-certificates", "curl", "file", "g++",
-    "gcc", "git", "libtool", "make", "pkg-config", "python3", "libhwloc-dev",
+    "gcc", "git", "libtool", "make", "pkg-config", "python3", "libhwloc-dev", "libc6-dev",
 )
 
 
@@ -114,11 +115,14 @@ def placeholder_torch(directory: Path) -> Path:
 def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: str,
                   libfabric_version: str | None = None,
                   sites: tuple[str, ...] | None = None,
-                  rccl_tests: tuple[str, ...] = ()) -> str:
+                  rccl_tests: tuple[str, ...] = (),
+                  rccl_tuner: dict[str, object] | None = None,
+                  network_plugin: bool = True) -> str:
     """The YAML of a recipe on ``debian`` (its image pushed as ``base_image``) with
     ``shipped``'s plugin stage (optionally another libfabric release or other sites, for
-    the tests of what must fail) and, when ``rccl_tests`` names GPU targets, ``shipped``'s
-    rccl-tests built for those."""
+    the tests of what must fail; ``network_plugin=False``: none), when ``rccl_tests`` names
+    GPU targets, ``shipped``'s rccl-tests built for those, and ``rccl_tuner`` as its
+    rccl_tuner section (url, sha256, ...)."""
     recipe = load_recipe(shipped, REPO_ROOT)
     plugin = recipe.network_plugin
     version = libfabric_version or plugin.libfabric.version
@@ -137,7 +141,7 @@ def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: 
         "wheels": {"index_url": index_url, "packages": {"torch": PLACEHOLDER_TORCH}},
         "hipblaslt": {"enabled": False},
         "network_plugin": {
-            "enabled": True, "kind": plugin.kind,
+            "enabled": network_plugin, "kind": plugin.kind,
             "repository": plugin.source.repository, "ref": plugin.source.ref,
             "libfabric": {"version": version, "url": url},
         },
@@ -149,4 +153,6 @@ def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: 
         data["rccl_tests"] = {"enabled": True,
                               "repository": recipe.rccl_tests.source.repository,
                               "ref": recipe.rccl_tests.source.ref}
+    if rccl_tuner is not None:
+        data["rccl_tuner"] = {"enabled": True, **rccl_tuner}
     return yaml.safe_dump(data, sort_keys=False)

@@ -10,7 +10,8 @@ rewrites the recipe's URLs into the lock, so the build fetches from here too:
   (upload-pack must allow fetching a commit by id: the build fetches the locked commit at
   depth 1);
 - an HTTP server serves the archives under GitHub's release layout
-  (``/libfabric/v1.22.0/libfabric-1.22.0.tar.bz2``).
+  (``/libfabric/v1.22.0/libfabric-1.22.0.tar.bz2``), and RCCL's example tuner as
+  ``/rccl-ext-tuner/rccl-ext-tuner.tar.gz`` (``tuner_url``; a recipe names that URL itself).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ BUNDLES = (
 )
 LIBFABRIC_RELEASES = ("1.22.0", "2.1.0")
 LIBFABRIC_DOWNLOADS = "https://github.com/ofiwg/libfabric/releases/download/"
+#: RCCL's example tuner plugin (ext-tuner/example), a source archive.
+TUNER_ARCHIVE = "rccl-ext-tuner.tar.gz"
 
 
 def fixtures_dir() -> Path:
@@ -65,6 +68,7 @@ class SourceMirror:
         missing = [name for name, _ in BUNDLES if not (self.fixtures / name).is_file()]
         missing += [f"libfabric-{v}.tar.bz2" for v in LIBFABRIC_RELEASES
                     if not (self.fixtures / f"libfabric-{v}.tar.bz2").is_file()]
+        missing += [] if (self.fixtures / TUNER_ARCHIVE).is_file() else [TUNER_ARCHIVE]
         if missing:
             raise FileNotFoundError(f"source fixtures missing in {self.fixtures}: "
                                     f"{', '.join(missing)}")
@@ -84,6 +88,10 @@ class SourceMirror:
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.symlink_to(self.fixtures / name)
+        tuner = self.workdir / "http" / "rccl-ext-tuner" / TUNER_ARCHIVE
+        if not tuner.exists():
+            tuner.parent.mkdir(parents=True, exist_ok=True)
+            tuner.symlink_to(self.fixtures / TUNER_ARCHIVE)
         self.git_port = _free_port()
         self._daemon = subprocess.Popen(
             ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={git_root}",
@@ -120,6 +128,12 @@ class SourceMirror:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()
+
+    @property
+    def tuner_url(self) -> str:
+        """The example tuner's archive over HTTP."""
+        assert self._http is not None, "start() the mirror first"
+        return f"{self._http.url.rstrip('/')}/rccl-ext-tuner/{TUNER_ARCHIVE}"
 
     @property
     def mirrors(self) -> dict[str, str]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from imagebuild.build.stage_plan import STAGE_DIGESTS_LABEL, label_value, stage_digests
 from imagebuild.convert.artifacts import (
     Artifact,
     reusable_artifacts,
@@ -156,7 +157,9 @@ def build_or_reuse(prepared: PreparedBuild, job: ImageJob, options: BuildOptions
     site_ca = resolve_site_ca(options.site_ca)
     image = build_image(
         engine, job.context.dockerfile, job.context.directory, list(job.tags),
-        target=job.target, labels={BUILD_HASH_LABEL: job.build_hash},
+        target=job.target,
+        labels={BUILD_HASH_LABEL: job.build_hash, STAGE_DIGESTS_LABEL: label_value(
+            stage_digests(job.context, prepared.epoch_build_args()))},
         build_args=prepared.epoch_build_args(),
         secrets={"site-ca": site_ca} if site_ca else None, log_path=job.log_path,
         progress=progress, builder=options.builder, no_cache=options.no_cache)

@@ -12,9 +12,13 @@ COMMANDS = [
     "render",
     "build",
     "squash",
+    "doctor",
     "validate",
     "report",
     "ci",
     "schema",
     "tune",
+    "sites",
+    "clean",
+    "completion",
 ]

@@ -11,13 +11,14 @@ from pathlib import Path
 from imagebuild.build.image import BuildOptions, BuiltImage
 from imagebuild.build.pipeline import build_recipe, format_sizes
 from imagebuild.build.prepare import PreparedBuild, prepare_build
+from imagebuild.commands.list_ import format_table
 from imagebuild.convert.formats import parse_formats
 from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
 from imagebuild.engine.select import BACKENDS, open_engine
-from imagebuild.errors import BuildError
+from imagebuild.errors import BuildError, EngineError
 from imagebuild.recipe.load import load_recipe, project_dir
 from imagebuild.recipe.site import load_site
 
@@ -53,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="then build the recipe again without cache into a second tag, "
                              "squash both and compare: exit 1, naming the first differing "
                              "files, when the two .sqsh differ")
+    parser.add_argument("--plan", action="store_true",
+                        help="build nothing: say which stages would rebuild against the "
+                             "recipe's latest build, and why")
     parser.add_argument("--tuning", type=Path, default=None, metavar="DIR",
                         help="also build a derived image with this tuning bundle baked in "
                              "(one layer on the recipe's image, tag ...-tuned-<bundle>); "
@@ -77,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
                          "image, without the bundle)")
     # The lock is checked, the plan made and the Dockerfile rendered once, for every image.
     prepared = prepare_build(recipe)
+    if args.plan:
+        return print_plan(prepared, options)
     if args.tuning is not None:
         return run_tuned(prepared, options, args.tuning)
 
@@ -96,6 +102,39 @@ def run(args: argparse.Namespace) -> int:
     print(f"times: {timing}")
     return check_reproducible(prepared, options, result, engine) \
         if args.check_reproducible else 0
+
+
+def print_plan(prepared: PreparedBuild, options: BuildOptions) -> int:
+    """``--plan``: today's stage digests against the latest build's label; nothing built."""
+    from imagebuild.build.image import context_hash
+    from imagebuild.build.stage_plan import compare, read_label, stage_digests
+    from imagebuild.images import BUILD_HASH_LABEL, latest_tag
+
+    recipe = prepared.recipe
+    latest = latest_tag(recipe.name)
+    with prepared.staged_context("plan") as context:
+        current = stage_digests(context, prepared.epoch_build_args())
+        build_hash = context_hash(context)
+        labels: dict[str, str] | None = None
+        try:
+            engine = open_engine(options.backend, for_build=False)
+            if engine.image_exists(latest):
+                labels = engine.image_labels(latest)
+        except EngineError as exc:
+            print(f"no engine to read {latest} from ({exc}): every stage counts as new")
+        previous = read_label(labels) if labels is not None else None
+        if labels is not None and labels.get(BUILD_HASH_LABEL) == build_hash:
+            print(f"{latest} is up to date (inputs {build_hash[:19]}): nothing would build")
+            return 0
+        unknown = ("no earlier build of this recipe here" if labels is None else
+                   f"{latest} records no stage digests (built by an older imagebuild)")
+        changes = compare(context.dockerfile, current, previous, unknown)
+    rows = [("STAGE", "WOULD", "WHY")] + [
+        (c.stage, "rebuild" if c.rebuilds else "reuse", c.why) for c in changes]
+    print(format_table(rows))
+    print(f"{sum(c.rebuilds for c in changes)} of {len(changes)} stages would rebuild "
+          f"against {latest if labels is not None else 'no earlier build'}; nothing was built")
+    return 0
 
 
 def say(message: str) -> None:

@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     affected.add_argument("--base", default="", metavar="COMMIT",
                           help="compare with this commit (empty, all zeros or unknown: "
                                "every recipe)")
-    affected.add_argument("--head", default="HEAD", metavar="COMMIT")
+    affected.add_argument("--head", default="HEAD", metavar="COMMIT",
+                          help="the commit whose changes are planned (default HEAD)")
     affected.add_argument("--recipes", default="", metavar="NAMES",
                           help="space- or comma-separated recipe names, or 'all': build "
                                "these instead of working out the changes")

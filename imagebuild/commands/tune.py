@@ -49,7 +49,9 @@ def register(subparsers: Any) -> None:
 
     rccl = sub.add_parser("rccl", help="collectives from NCCL/RCCL logs; tuner config")
     rccl.add_argument("logs", nargs="*", type=Path, help="NCCL_DEBUG=INFO logs")
-    rccl.add_argument("--out", type=Path, default=Path("tuning/rccl"))
+    rccl.add_argument("--out", type=Path, default=Path("tuning/rccl"),
+                      help="directory for the collectives CSV and the tuner config "
+                           "(default tuning/rccl)")
     rccl.add_argument("--sweep-results", type=Path, default=None,
                       help="CSV collective,bytes,algorithm,protocol,busbw_gbs[,nNodes,nRanks,"
                            "channels] -> nccl_tuner.conf")

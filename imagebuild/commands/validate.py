@@ -43,7 +43,7 @@ _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", 
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
                "distribution", "exclusive",
-               "bind_host_rocm", "tuning", "references", "history"}
+               "bind_host_rocm", "tuning", "doctor", "references", "history"}
 
 
 def register(subparsers: Any) -> None:
@@ -81,8 +81,10 @@ def register(subparsers: Any) -> None:
     batch.add_argument("--gpus-per-node", type=int, default=None,
                        help="ranks and GPUs per node (default 8; 4 on MI300A nodes)")
     batch.add_argument("--time", default="00:30:00", help="wall time (default 00:30:00)")
-    batch.add_argument("--partition", default=None)
-    batch.add_argument("--account", default=None)
+    batch.add_argument("--partition", default=None,
+                       help="SLURM partition of the job (#SBATCH --partition)")
+    batch.add_argument("--account", default=None,
+                       help="SLURM account charged for the job (#SBATCH --account)")
     batch.add_argument("--environment", default=None,
                        help="Container Engine environment (EDF name or path) for srun")
     batch.add_argument("--ntasks-per-node", type=int, default=None,
@@ -107,6 +109,10 @@ def register(subparsers: Any) -> None:
     batch.add_argument("--socket-ifname", default=None, metavar="IF[,IF...]",
                        help="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (default: the site "
                             "profile's network.socket_ifname; lo for a one-node test)")
+    parser.add_argument("--doctor", action=argparse.BooleanOptionalAction, default=True,
+                        help="run `imagebuild doctor` first and stop before the GPU checks "
+                             "when the node does not fit the image (default yes; only where "
+                             "the checks meet this node's AMD GPUs)")
     add_arguments(parser, output=False)
     parser.set_defaults(func=run)
 
@@ -166,7 +172,7 @@ def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) 
                       partition=args.partition, account=args.account,
                       environment=args.environment,
                       report_path=str(Path(args.report).resolve()) if args.report else None,
-                      mount_checks=args.mount_checks)
+                      mount_checks=args.mount_checks, doctor=getattr(args, "doctor", True))
 
 
 def runner_values(args: argparse.Namespace, defaults: SiteDefaults, launcher: str
@@ -194,6 +200,34 @@ def container_env(defaults: SiteDefaults, launcher: str, target: Target,
     return {**site, **passthrough_env(environ)}
 
 
+def run_doctor_first(args: argparse.Namespace, target: Target, gpus: str, launcher: str,
+                     defaults: SiteDefaults) -> bool:
+    """The doctor's preflight; False (after printing why) when an item failed."""
+    from rich.console import Console
+
+    from imagebuild.commands.doctor import print_findings
+    from imagebuild.doctor.preflight import preflight
+    from imagebuild.inimage.doctor.finding import exit_code
+
+    err = Console(stderr=True)
+    site = load_site(args.site, project_dir()) if args.site else None
+    result = preflight(target.kind, target.recipe, target.ref, site, dict(os.environ),
+                       gpus=gpus, launcher=launcher, cpu=bool(args.cpu),
+                       bind_host_rocm=bool(defaults.bind_host_rocm.value), project=project_dir())
+    if result.skipped:
+        err.print(f"doctor: not run ({result.skipped})", highlight=False, soft_wrap=True)
+        return True
+    assert result.needs is not None
+    err.print(f"doctor: {result.needs.name} on this node", highlight=False, soft_wrap=True)
+    print_findings(err, list(result.findings))
+    if exit_code(list(result.findings)):
+        err.print("validate stopped before the GPU checks: this node does not fit the image "
+                  "(fix the failed items, or --no-doctor to run the checks anyway)",
+                  highlight=False, soft_wrap=True)
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -216,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
         gpus = "rocm"
     defaults = site_defaults(args)
+    if args.doctor and not run_doctor_first(args, target, gpus, launcher, defaults):
+        return 1
     thresholds = load_thresholds(args.thresholds)
     references = references_for_run(args.references, load_site(args.site, project_dir())
                                     if args.site else None, project_dir())

@@ -202,6 +202,8 @@ class SbomInputs:
     hipblaslt_subdir: str = "."
     plugin_kind: str | None = None
     libfabric_version: str | None = None
+    #: The tuner plugin's source archive (url, sha256), pinned by the recipe, not the lock.
+    rccl_tuner: tuple[str, str] | None = None
 
 
 def image_sbom(inputs: SbomInputs, dpkg_status: str, os_release: dict[str, str],
@@ -225,6 +227,8 @@ def image_sbom(inputs: SbomInputs, dpkg_status: str, os_release: dict[str, str],
         *source_components(lock, hipblaslt_subdir=inputs.hipblaslt_subdir,
                            plugin_kind=inputs.plugin_kind,
                            libfabric_version=inputs.libfabric_version),
+        *([archive_component("rccl-tuner", LockedArchive(*inputs.rccl_tuner, size=0), None)]
+          if inputs.rccl_tuner else []),
         *wheel_components(lock),
         *deb_components(dpkg_packages(dpkg_status), os_release),
     ]

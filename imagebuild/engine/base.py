@@ -29,6 +29,15 @@ OutputCallback = Callable[[bytes], None]
 
 
 @dataclass(frozen=True)
+class ListedImage:
+    """One tag an engine holds."""
+
+    ref: str
+    image_id: str
+    size: int  # bytes the image takes, shared layers counted in full
+
+
+@dataclass(frozen=True)
 class BuildRequest:
     """One image build, backend-neutral. Secrets are files passed as BuildKit secrets."""
 
@@ -136,6 +145,11 @@ class Engine(ABC):
     @abstractmethod
     def remove(self, ref: str) -> None:
         """Remove one reference (the image goes only when no other tag names it)."""
+
+    @abstractmethod
+    def list_images(self, repository: str) -> list[ListedImage]:
+        """Every tag of ``repository`` (e.g. ``imagebuild/rocm-7.0.2``): reference, id,
+        size."""
 
     @abstractmethod
     def push(self, ref: str) -> str:

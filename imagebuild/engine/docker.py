@@ -20,12 +20,13 @@ from imagebuild.engine.base import (
     BuildRequest,
     ContainerSpec,
     Engine,
+    ListedImage,
     OutputCallback,
     RunResult,
     build_flags,
 )
 from imagebuild.errors import EngineError
-from imagebuild.images import split_reference
+from imagebuild.images import normalize_image_id, split_reference
 from imagebuild.process import CommandRunner
 
 if TYPE_CHECKING:
@@ -146,6 +147,15 @@ class DockerEngine(Engine):
             return
         except errors.DockerException as exc:
             raise EngineError(f"docker rmi {ref} failed: {exc}") from exc
+
+    def list_images(self, repository: str) -> list[ListedImage]:
+        try:
+            found = self.client.api.images(filters={"reference": repository})
+        except self._errors().DockerException as exc:
+            raise EngineError(f"docker images {repository}: {exc}") from exc
+        return sorted((ListedImage(tag, normalize_image_id(item["Id"]), int(item["Size"]))
+                       for item in found for tag in item.get("RepoTags") or ()
+                       if split_reference(tag)[0] == repository), key=lambda i: i.ref)
 
     def push(self, ref: str) -> str:
         repository, tag = split_reference(ref)

@@ -13,13 +13,14 @@ from imagebuild.engine.base import (
     BuildRequest,
     ContainerSpec,
     Engine,
+    ListedImage,
     OutputCallback,
     RunResult,
     build_flags,
     last_line,
 )
 from imagebuild.errors import EngineError
-from imagebuild.images import is_loopback_registry
+from imagebuild.images import is_loopback_registry, normalize_image_id, split_reference
 from imagebuild.process import CommandResult, CommandRunner
 
 if TYPE_CHECKING:
@@ -74,6 +75,22 @@ class PodmanEngine(Engine):
         result = self._cli("rmi", ref)
         if result.returncode != 0:
             raise EngineError(f"podman rmi {ref} failed: {last_line(result.output)}")
+
+    def list_images(self, repository: str) -> list[ListedImage]:
+        result = self._cli("images", "--format", "json", "--filter",
+                           f"reference={repository}")
+        if result.returncode != 0:
+            raise EngineError(f"podman images: {last_line(result.output)}")
+        try:
+            found = json.loads(result.output or "[]")
+        except ValueError as exc:
+            raise EngineError("podman images: unreadable output") from exc
+        # podman names local images localhost/<repository>/...
+        return sorted((ListedImage(name.removeprefix("localhost/"),
+                                   normalize_image_id(item["Id"]), int(item.get("Size", 0)))
+                       for item in found for name in item.get("Names") or ()
+                       if split_reference(name.removeprefix("localhost/"))[0] == repository),
+                      key=lambda i: i.ref)
 
     def push(self, ref: str) -> str:
         registry = ref.split("/", 1)[0]

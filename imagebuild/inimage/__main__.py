@@ -9,4 +9,8 @@ if __name__ == "__main__":
         from .tuning.command import main as tune_main
 
         sys.exit(tune_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["doctor"]:  # the image's `imagebuild doctor ...`
+        from .doctor.cli import main as doctor_main
+
+        sys.exit(doctor_main(sys.argv[2:]))
     sys.exit(main())

@@ -37,9 +37,13 @@ ARCHIVE_URL = r"^(https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+$"
 # "{family}" is replaced by the GPU family of the targets (ROCm from wheels: one index each).
 INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+|/[A-Za-z0-9._/+{}-]*)$"
 # Relative, inside the repository: no ".." component can climb out of the checkout.
+#: A lowercase hex sha256 digest.
+SHA256 = r"^[0-9a-f]{64}$"
 SUBDIR = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
 # An absolute directory inside the image (no "..", no spaces, no shell metacharacters).
 ABSOLUTE_DIR = r"^(?!(.*/)?\.\.(/|$))/[A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$"
+# The same with at most one whole component "*" (the newest release the node has).
+RELEASE_DIR = r"^(?!(.*/)?\.\.(/|$))(?!(.*/)?\*/(.*/)?\*(/|$))/([A-Za-z0-9._+-]+|\*)?(/([A-Za-z0-9._+-]+|\*))*$"
 # A site profile name (imagebuild/data/sites/<name>.yaml or a project's sites/<name>.yaml).
 SITE_NAME = r"^[a-z0-9][a-z0-9._-]*$"
 EXTENDS = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$"

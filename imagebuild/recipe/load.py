@@ -29,6 +29,7 @@ from imagebuild.recipe.model import (
     Megatron,
     NetworkPlugin,
     RcclTests,
+    RcclTuner,
     Recipe,
     TransformerEngine,
     Wheels,
@@ -52,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "megatron": {"enabled": False, "pypi": []},
     "transformer_engine": {"enabled": False},
     "rccl_tests": {"enabled": False},
+    "rccl_tuner": {"enabled": False, "example_dir": "ext-tuner/example",
+                   "interface_adapter": True},
     "env": {},
     "labels": {},
     "dockerfile": {"syntax": "docker/dockerfile:1.7"},
@@ -413,6 +416,15 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
     if tests.get("enabled") and rocm is not None and not data["gpu_targets"]:
         problem(("rccl_tests", "enabled"), "needs gpu_targets to list the GPUs to build "
                 "the benchmarks for (hipcc's default target is the build machine's GPU)")
+    tuner = data["rccl_tuner"]
+    if tuner.get("enabled"):
+        if rocm is None:
+            problem(("rccl_tuner", "enabled"), "needs a ROCm release (rocm is null: CPU-only "
+                    "image): the plugin is checked against the image's RCCL")
+        for key in ("url", "sha256"):
+            if key not in tuner:
+                problem(("rccl_tuner", key), "missing (required when rccl_tuner.enabled is "
+                        "true)")
     engine = data["transformer_engine"]
     if engine.get("enabled"):
         if "version" not in engine:
@@ -470,6 +482,10 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         megatron=Megatron(enabled=megatron["enabled"], source=source(megatron),
                           requirements=tuple(megatron["pypi"])),
         rccl_tests=RcclTests(enabled=tests["enabled"], source=source(tests)),
+        rccl_tuner=RcclTuner(enabled=tuner["enabled"], url=tuner.get("url", ""),
+                             sha256=tuner.get("sha256", ""), example_dir=tuner["example_dir"],
+                             interface_adapter=tuner["interface_adapter"],
+                             config=tuner.get("config")),
         env=tuple(data["env"].items()),
         labels=tuple(sorted(data["labels"].items())),
         dockerfile_syntax=data["dockerfile"]["syntax"],
@@ -498,6 +514,10 @@ def _wheels_family(data: dict[str, Any], problem: Callable[[Path_, str], None]) 
                 "must be false with rocm_from: wheels: the rccl-tests stage compiles with "
                 "the base image's hipcc against its RCCL (rocm_prefix), which such a base "
                 "does not have")
+    if data["rccl_tuner"].get("enabled"):
+        problem(("rccl_tuner", "enabled"),
+                "must be false with rocm_from: wheels: the tuner stage checks the plugin "
+                "against the base image's RCCL (rocm_prefix), which such a base does not have")
     if data["network_plugin"].get("enabled"):
         problem(("network_plugin", "enabled"),
                 "must be false with rocm_from: wheels: the plugin stage compiles against "

@@ -94,6 +94,20 @@ class RcclTests:
     source: GitSource
 
 
+@dataclass(frozen=True)
+class RcclTuner:
+    """RCCL's example tuner plugin from a source archive pinned by sha256, built against
+    the image's RCCL; ``interface_adapter`` adds the v4 interface RCCL 2.27 looks up."""
+
+    enabled: bool
+    url: str = ""
+    sha256: str = ""
+    example_dir: str = "ext-tuner/example"
+    interface_adapter: bool = True
+    #: A tuner configuration file, relative to the project; None: the image sets none.
+    config: str | None = None
+
+
 #: repo.radeon.com's TransformerEngine for ROCm (ROCm/TransformerEngine README, "from ROCm
 #: 7.0 ... manylinux wheels"): the Python package and the common library as wheels, the
 #: PyTorch extension as a source archive compiled against the installed torch.
@@ -147,6 +161,7 @@ class Recipe:
     megatron: Megatron = Megatron(False, GitSource("", ""))
     transformer_engine: TransformerEngine = TransformerEngine(False)
     rccl_tests: RcclTests = RcclTests(False, GitSource("", ""))
+    rccl_tuner: RcclTuner = RcclTuner(False)
     #: The merged recipe in the recipe's own keys, defaults filled in (what ``show``
     #: prints: every key of it is one a recipe may write); not part of the input hash.
     as_written: dict[str, Any] = field(default_factory=dict, compare=False, hash=False,
@@ -171,7 +186,7 @@ class Recipe:
         data["labels"] = dict(self.labels)
         # Sections added after the first recipes: absent rather than disabled, so recipes
         # without them keep their input hashes.
-        for key in ("megatron", "transformer_engine", "rccl_tests"):
+        for key in ("megatron", "transformer_engine", "rccl_tests", "rccl_tuner"):
             if not getattr(self, key).enabled:
                 data.pop(key)
         return _jsonable(data)

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from imagebuild.errors import Problem, SiteProfileError, SquashError
+from imagebuild.recipe import grammar
 from imagebuild.recipe.load import Origin, check_against_spec, node_to_python
 from imagebuild.recipe.site_launch import (
     ApptainerSettings,
@@ -329,9 +330,9 @@ def _libfabric(raw: Any, problem: Any) -> LibfabricPolicy | None:
                 "release is the recipe's network_plugin.libfabric.version)")
         version = None
     if library_dir is not None and (not isinstance(library_dir, str)
-                                    or not library_dir.startswith("/")
-                                    or any(c in library_dir for c in ":\n ")):
-        problem("libfabric.library_dir", f"expected an absolute directory, got {library_dir!r}")
+                                    or not re.match(grammar.RELEASE_DIR, library_dir)):
+        problem("libfabric.library_dir", "expected an absolute directory (one component may "
+                f"be *, the newest release there), got {library_dir!r}")
         library_dir = None
     return LibfabricPolicy(provided_by, version, library_dir)
 

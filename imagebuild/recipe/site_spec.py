@@ -108,8 +108,9 @@ SITE = Obj(
                                enum=("site", "image")),
             "version": Str("the release the site binds, like \"1.22.0\" (quote it)", RELEASE,
                            nullable=True),
-            "library_dir": Str("an absolute directory inside the container",
-                               grammar.ABSOLUTE_DIR, nullable=True),
+            "library_dir": Str("an absolute directory inside the container; one component "
+                               "may be * (the newest release there)",
+                               grammar.RELEASE_DIR, nullable=True),
         }),
     },
 )

@@ -188,6 +188,29 @@ RECIPE = Obj(
                 "repository": REPOSITORY,
                 "ref": GIT_REF,
             }),
+        "rccl_tuner": Obj(
+            description="RCCL's example tuner plugin (ext-tuner/example: a CSV of algorithm, "
+                        "protocol and channels per collective and size range), from a source "
+                        "archive pinned by sha256: built against the image's RCCL into "
+                        "/opt/rccl-tuner, checked to export a tuner interface that RCCL looks "
+                        "up, and named by NCCL_TUNER_PLUGIN",
+            fields={
+                "enabled": Bool(),
+                "url": Str("an http(s):// URL of a source archive with one top-level "
+                           "directory", grammar.ARCHIVE_URL),
+                "sha256": Str("the archive's sha256, 64 lowercase hex digits", grammar.SHA256),
+                "example_dir": Str("the example's directory in the archive, below its "
+                                   "top-level directory, like ext-tuner/example",
+                                   grammar.SUBDIR),
+                "interface_adapter": Bool("true or false: also export ncclTunerPlugin_v4 "
+                                          "(RCCL 2.27's interface) from the example's v5 "
+                                          "functions"),
+                "config": Str("a tuner configuration in the project, like "
+                              "tuning/nccl_tuner.conf (`imagebuild tune rccl "
+                              "--sweep-results` writes one): copied into the image, which "
+                              "sets NCCL_TUNER_CONFIG_FILE to it", grammar.SUBDIR,
+                              nullable=True),
+            }),
         "transformer_engine": Obj(
             description="TransformerEngine for ROCm from the wheel index: the transformer_engine "
                         "and transformer_engine_rocm wheels, and the transformer_engine_torch "

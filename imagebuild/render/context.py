@@ -28,7 +28,7 @@ from imagebuild.render.layout import (
     UV_WHEELS,
     VENV,
 )
-from imagebuild.render.plan import BuildPlan, plugin_prefix
+from imagebuild.render.plan import TUNER_CONFIG_CONTEXT, BuildPlan, plugin_prefix
 
 #: File in a staged context directory that marks it as ours (safe to clear and restage).
 CONTEXT_MARKER = ".imagebuild-context"
@@ -86,6 +86,11 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
     for stage in (plan.megatron, plan.rccl_tests, plan.transformer_engine):
         if stage is not None:
             files[stage.check] = (TEMPLATES / stage.check).read_text()
+    if plan.rccl_tuner is not None:
+        for name in plan.rccl_tuner.sources:
+            files[name] = (TEMPLATES / name).read_text()
+        if plan.rccl_tuner.config_source is not None:
+            files[TUNER_CONFIG_CONTEXT] = plan.rccl_tuner.config_source.read_text()
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +210,7 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
         "megatron": {"enabled": recipe.megatron.enabled},
         "transformer_engine": {"enabled": recipe.transformer_engine.enabled},
         "rccl_tests": {"enabled": recipe.rccl_tests.enabled},
+        **({"rccl_tuner": {"enabled": True}} if recipe.rccl_tuner.enabled else {}),
         "rocm_from": recipe.rocm_from,
     }
     engine = plan.transformer_engine
@@ -228,6 +234,14 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
             "commit": lock.rccl_tests.commit, "gpu_targets": list(tests.targets),
             "bin": tests.bin_dir, "binaries": [f"{tests.bin_dir}/{name}" for name in tests.binaries],
         })
+    if plan.rccl_tuner is not None:
+        # "interface" (what RCCL looks up, what the tuner exports) is added by the final
+        # stage's check.
+        tuner = plan.rccl_tuner
+        data["rccl_tuner"].update({
+            "source": {"url": tuner.url, "sha256": tuner.sha256},
+            "interface_adapter": tuner.interface_adapter, "library": tuner.library,
+            "probe": tuner.probe, "config": tuner.config})
     if lock.selector is not None:
         data["rocm_wheels"] = {
             "gpu_family": recipe.gpu_family, "index": recipe.wheels.index_url,

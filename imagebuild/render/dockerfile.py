@@ -9,6 +9,8 @@ never from a second renderer. Stages, in order:
     plugin     toolchain + libfabric (locked archive, sha256) + aws-ofi-nccl / aws-ofi-rccl
     rccl-tests toolchain + ROCm/rccl-tests' *_perf benchmarks at the locked commit, built with
                hipcc for the recipe's GPU targets against the image's RCCL
+    rccl-tuner toolchain + RCCL's example tuner plugin (archive, sha256), checked against the
+               tuner interfaces the image's RCCL looks up
     python     base + uv (pinned wheel, sha256) + /opt/venv from the lock, hashes required
     megatron   toolchain + Megatron-LM at the locked commit, dataset helpers compiled against
                the venv (mounted from python)
@@ -46,7 +48,12 @@ from imagebuild.render.layout import (
     UV_WHEELS,
     VENV,
 )
-from imagebuild.render.plan import BuildPlan
+from imagebuild.render.plan import (
+    TUNER_CONFIG_CONTEXT,
+    TUNER_CONFIG_ENV,
+    TUNER_PLUGIN_ENV,
+    BuildPlan,
+)
 from imagebuild.render.quoting import APT_CA_OFF, APT_CA_ON, ca_env, dockerfile_quote, shell_quote
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -65,7 +72,8 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
     """
     plan = [("base", "FROM the pinned base image, nothing added", "base image digest")]
     if (recipe.hipblaslt.enabled or recipe.network_plugin.enabled or recipe.megatron.enabled
-            or recipe.transformer_engine.enabled or recipe.rccl_tests.enabled):
+            or recipe.transformer_engine.enabled or recipe.rccl_tests.enabled
+            or recipe.rccl_tuner.enabled):
         plan.append(("toolchain", "base + compilers, ROCm development packages",
                      "base image"))
     if recipe.hipblaslt.enabled:
@@ -77,6 +85,9 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
     if recipe.rccl_tests.enabled:
         plan.append(("rccl-tests", "toolchain + rccl-tests' *_perf benchmarks",
                      "rccl-tests repository/commit, GPU targets"))
+    if recipe.rccl_tuner.enabled:
+        plan.append(("rccl-tuner", "toolchain + RCCL's example tuner plugin and its probe",
+                     "tuner archive (url, sha256), interface adapter"))
     plan.append(("python", "base + uv + /opt/venv from the lock",
                  "wheel pins (the lock's wheels), Python version"))
     if recipe.transformer_engine.enabled:
@@ -169,6 +180,10 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "megatron": plan.megatron,
         "transformer_engine": plan.transformer_engine,
         "rccl_tests": plan.rccl_tests,
+        "rccl_tuner": plan.rccl_tuner,
+        "tuner_plugin_env": TUNER_PLUGIN_ENV,
+        "tuner_config_env": TUNER_CONFIG_ENV,
+        "tuner_config_context": TUNER_CONFIG_CONTEXT,
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
         "rocm_wheels": {"family": recipe.gpu_family,
@@ -176,7 +191,8 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         if recipe.rocm_wheels else None,
         "venv": VENV,
         # Directories the final image's PATH gets after the base image's own.
-        "path_after": [plan.rccl_tests.bin_dir] if plan.rccl_tests else [],
+        "path_after": [*([plan.rccl_tests.bin_dir] if plan.rccl_tests else []),
+                       *([f"{plan.rccl_tuner.prefix}/bin"] if plan.rccl_tuner else [])],
         "uv_version": UV_VERSION,
         "uv_lines": uv_lines,
         "runtime_packages": list(plan.runtime_packages),

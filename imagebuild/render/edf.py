@@ -101,6 +101,14 @@ def edf_env(site: SiteProfile) -> dict[str, str]:
         # (https://docs.cscs.ch/software/container-engine/edf/#env).
         env["NCCL_NET_PLUGIN"] = ""
     directory = loader_dir(site)
+    if directory and "*" in directory:
+        # An EDF has no shell to find the newest release: it names the profile's own.
+        release = site.libfabric.version if site.libfabric else None
+        if not release:
+            raise SquashError(f"site {site.name}: libfabric.library_dir {directory} names its "
+                              "release with *, which an EDF cannot resolve without "
+                              "libfabric.version")
+        directory = directory.replace("*", release)
     if directory:
         env["LD_LIBRARY_PATH"] = f"{directory}:${{LD_LIBRARY_PATH}}"
     return dict(sorted(env.items()))

@@ -73,6 +73,12 @@ RCCL_TESTS_PREFIX = "/opt/rccl-tests"
 #: The benchmarks rccl-tests' src/Makefile builds (BIN_FILES_LIST), each as <name>_perf.
 RCCL_TESTS_COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce",
                           "alltoall", "scatter", "gather", "sendrecv", "alltoallv")
+#: The tuner plugin's install tree: lib/ the plugin, bin/ its probe, the check's record.
+RCCL_TUNER_PREFIX = "/opt/rccl-tuner"
+#: What the tuner stage needs beyond the recipe's build_packages: curl fetches the archive,
+#: gcc compiles the plugin and the probe (plain C), readelf and python3 run its check.
+RCCL_TUNER_BUILD_PACKAGES = ("gcc", "libc6-dev", "curl", "ca-certificates", "binutils",
+                             "python3")
 LIBFABRIC_PREFIX = "/opt/libfabric"
 SITE_CA = "/run/secrets/site-ca"
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from imagebuild.errors import RenderError
 from imagebuild.lock.check import display
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.model import Lock, LockedGit
+from imagebuild.project import project_dir
 from imagebuild.recipe.model import TE_TORCH_SDIST, GitSource, Recipe
 from imagebuild.render.layout import (
     HIPBLASLT_CLIENT_RUNTIME_PACKAGES,
@@ -25,6 +27,8 @@ from imagebuild.render.layout import (
     PLUGIN_RUNTIME_PACKAGES,
     RCCL_TESTS_COLLECTIVES,
     RCCL_TESTS_PREFIX,
+    RCCL_TUNER_BUILD_PACKAGES,
+    RCCL_TUNER_PREFIX,
     RESERVED_ENV,
     SOURCE_BUILD_PACKAGES,
 )
@@ -186,6 +190,64 @@ class RcclTestsPlan:
         return None if self.rocm_prefix == "/usr" else self.rocm_prefix
 
 
+#: The build-time check that RCCL would load the tuner plugin, and the C sources the tuner
+#: stage compiles (staged in the build context, bind-mounted into the stage).
+RCCL_TUNER_CHECK = "tuner-plugin-check.py"
+RCCL_TUNER_ADAPTER = "rccl-tuner-v4.c"
+RCCL_TUNER_PROBE = "rccl-tuner-probe.c"
+#: The variables RCCL reads for a tuner (src/plugin/tuner.cc) and the example reads for its
+#: configuration (plugin.c): the image sets the first when the stage is on, the second when
+#: the recipe names a configuration.
+TUNER_PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
+TUNER_CONFIG_ENV = "NCCL_TUNER_CONFIG_FILE"
+#: Where the build context stages the recipe's tuner configuration.
+TUNER_CONFIG_CONTEXT = "rccl-tuner.conf"
+
+
+@dataclass(frozen=True)
+class RcclTunerPlan:
+    url: str
+    sha256: str
+    #: The example's directory in the unpacked archive.
+    source_dir: str
+    interface_adapter: bool
+    #: Where ROCm is: the RCCL whose lookups the check reads.
+    rocm_prefix: str
+    #: The recipe's tuner configuration (absolute, in the project), or None.
+    config_source: Path | None = None
+    prefix: str = RCCL_TUNER_PREFIX
+    check: str = RCCL_TUNER_CHECK
+    adapter: str = RCCL_TUNER_ADAPTER
+    probe_source: str = RCCL_TUNER_PROBE
+
+    @property
+    def library_name(self) -> str:
+        return "librccl-tuner.so"
+
+    @property
+    def library(self) -> str:
+        return f"{self.prefix}/lib/{self.library_name}"
+
+    @property
+    def probe(self) -> str:
+        return f"{self.prefix}/bin/rccl-tuner-probe"
+
+    @property
+    def record(self) -> str:
+        return f"{self.prefix}/interface.json"
+
+    @property
+    def config(self) -> str | None:
+        """The configuration's path in the image, when the recipe names one."""
+        return f"{self.prefix}/nccl_tuner.conf" if self.config_source else None
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The files the build context stages for this stage."""
+        return (self.check, self.probe_source, *((self.adapter,) if self.interface_adapter
+                                                 else ()))
+
+
 #: The build-time check of TransformerEngine's built PyTorch extension (staged in the
 #: build context, bind-mounted into the final stage).
 TRANSFORMER_ENGINE_CHECK = "transformer-engine-check.py"
@@ -234,6 +296,7 @@ class BuildPlan:
     megatron: MegatronPlan | None = None
     transformer_engine: TransformerEnginePlan | None = None
     rccl_tests: RcclTestsPlan | None = None
+    rccl_tuner: RcclTunerPlan | None = None
 
     @property
     def locked(self) -> bool:
@@ -243,7 +306,7 @@ class BuildPlan:
     def builds_from_source(self) -> bool:
         return (self.hipblaslt is not None or self.plugin is not None
                 or self.megatron is not None or self.transformer_engine is not None
-                or self.rccl_tests is not None)
+                or self.rccl_tests is not None or self.rccl_tuner is not None)
 
 
 def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
@@ -256,6 +319,7 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
     megatron = _megatron(recipe, lock)
     engine = _transformer_engine(recipe, lock)
     tests = _rccl_tests(recipe, lock)
+    tuner = _rccl_tuner(recipe)
     added = list(PLUGIN_RUNTIME_PACKAGES if plugin else ())
     added += HIPBLASLT_CLIENT_RUNTIME_PACKAGES if hipblaslt and hipblaslt.clients else ()
     wanted: list[str] = []
@@ -267,6 +331,8 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
         # The interpreter's headers: the dataset helpers and the TransformerEngine
         # extension are compiled against the venv's Python.
         wanted += [python_dev_package(recipe), *(("curl",) if engine else ())]
+    if tuner:
+        wanted += RCCL_TUNER_BUILD_PACKAGES
     build = list(dict.fromkeys([*recipe.build_packages, *wanted]))
     runtime = list(recipe.os_packages)
     added = [p for p in dict.fromkeys(added) if p not in runtime]
@@ -279,9 +345,11 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
             linked.append(f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench")
     if tests:
         linked += [f"{tests.bin_dir}/{name}" for name in tests.binaries]
+    if tuner:
+        linked += [tuner.library, tuner.probe]
     return BuildPlan(
         recipe=recipe, lock=lock, hipblaslt=hipblaslt, plugin=plugin, megatron=megatron,
-        transformer_engine=engine, rccl_tests=tests,
+        transformer_engine=engine, rccl_tests=tests, rccl_tuner=tuner,
         build_packages=tuple(build), runtime_packages=tuple(runtime + added), added_packages=tuple(added),
         library_path=tuple(library_path), linked_files=tuple(linked),
         labels=_labels(recipe, lock), cache_scope=_cache_scope(recipe))
@@ -377,6 +445,24 @@ def _rccl_tests(recipe: Recipe, lock: Lock | None) -> RcclTestsPlan | None:
         targets=recipe.gpu_targets, rocm_prefix=recipe.rocm_prefix)
 
 
+def _rccl_tuner(recipe: Recipe) -> RcclTunerPlan | None:
+    tuner = recipe.rccl_tuner
+    if not tuner.enabled:
+        return None
+    config = None
+    if tuner.config is not None:
+        config = project_dir() / tuner.config
+        if not config.is_file():
+            raise RenderError(f"{display(recipe.path)}: rccl_tuner.config: {config} is not a "
+                              "file (a path relative to the project, like "
+                              "tuning/nccl_tuner.conf; `imagebuild tune rccl --sweep-results` "
+                              "writes one)")
+    return RcclTunerPlan(
+        url=tuner.url, sha256=tuner.sha256, source_dir=f"/usr/src/rccl-tuner/{tuner.example_dir}",
+        interface_adapter=tuner.interface_adapter, rocm_prefix=recipe.rocm_prefix,
+        config_source=config)
+
+
 def _transformer_engine(recipe: Recipe, lock: Lock | None) -> TransformerEnginePlan | None:
     engine = recipe.transformer_engine
     if not engine.enabled:
@@ -418,6 +504,12 @@ def _check_recipe(recipe: Recipe) -> None:
         if key in RESERVED_ENV:
             raise RenderError(f"{where}: env.{key}: set by imagebuild itself "
                               f"(reserved: {', '.join(RESERVED_ENV)})")
+        if key == TUNER_PLUGIN_ENV and recipe.rccl_tuner.enabled:
+            raise RenderError(f"{where}: env.{key}: set by imagebuild itself while "
+                              "rccl_tuner.enabled is true (the built tuner's path)")
+        if key == TUNER_CONFIG_ENV and recipe.rccl_tuner.config is not None:
+            raise RenderError(f"{where}: env.{key}: set by imagebuild itself while "
+                              "rccl_tuner.config names the configuration")
     for key, _ in recipe.labels:
         if key.startswith(LABEL_NAMESPACE) or key in GENERATED_OCI_LABELS:
             raise RenderError(f"{where}: labels.{key}: set by imagebuild "

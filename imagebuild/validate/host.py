@@ -16,6 +16,7 @@ mounts). This module picks the launcher, runs it and writes the report file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -74,6 +75,17 @@ def choose_launcher(target: Target, requested: str, which: Callable[[str], str |
                         "podman; pass --launcher")
 
 
+def unused_script_path(directory: Path) -> Path:
+    """``imagebuild-validate-<UTC time>.sbatch``, with -2, -3, ... when a script of the same
+    second is there already (two jobs prepared in one second must not share a script)."""
+    stem = f"imagebuild-validate-{utc_now().strftime('%Y%m%dT%H%M%SZ')}"
+    for n in itertools.count(1):
+        path = directory / (f"{stem}.sbatch" if n == 1 else f"{stem}-{n}.sbatch")
+        if not path.exists() and not path.with_suffix(".checks").exists():
+            return path
+    raise AssertionError("unreachable")
+
+
 def validate(target: Target, invocation: Invocation, *, report_path: Path | None,
              on_event: EventCallback | None = None, on_line: LineCallback | None = None,
              sbatch: SbatchSpec | None = None, script_dir: Path = Path("."),
@@ -83,8 +95,8 @@ def validate(target: Target, invocation: Invocation, *, report_path: Path | None
     ``engine``: the container engine for the docker and podman launchers (default: the one
     the launcher names, opened by imagebuild.engine.select)."""
     if invocation.launcher == "sbatch":
-        name = f"imagebuild-validate-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.sbatch"
-        path = write_sbatch(target, invocation, sbatch or SbatchSpec(), script_dir / name)
+        path = write_sbatch(target, invocation, sbatch or SbatchSpec(),
+                            unused_script_path(script_dir))
         return Outcome(None, 0, script_path=path)
     stream = EventStream(on_event, on_line)
     launcher = invocation.launcher

@@ -31,8 +31,11 @@ CONTAINER_INPUTS = "/imagebuild-inputs"
 
 #: Puts a directory first on the loader path inside the container, after the image's own
 #: environment applies (a runtime's --env would replace the image's LD_LIBRARY_PATH, not
-#: extend it). The directory is $0, so no quoting of it is needed.
-LOADER_PREFIX_SCRIPT = 'export LD_LIBRARY_PATH="$0${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; exec "$@"'
+#: extend it). The directory is $0, so no quoting of it is needed; a ``*`` component in it
+#: is the newest release the node has (``sort -V``, as inimage/library_dirs.py orders).
+LOADER_PREFIX_SCRIPT = ('d=$(ls -d $0 2>/dev/null | sort -V | tail -n 1); '
+                        'export LD_LIBRARY_PATH="${d:-$0}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; '
+                        'exec "$@"')
 
 
 #: Launchers whose checks run in a container (host paths must be bound in).

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from imagebuild.inimage.library_dirs import newest_dir
 from imagebuild.validate.events import EventStream, stream_command
 from imagebuild.validate.invocation import Invocation
 
@@ -19,8 +20,9 @@ def local_env(invocation: Invocation, environ: dict[str, str]) -> dict[str, str]
     process's own environment (what the user exported wins), the checks importable."""
     env = {**invocation.env, **environ}
     if invocation.library_dir:
+        directory = newest_dir(invocation.library_dir) or invocation.library_dir
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (invocation.library_dir, env.get("LD_LIBRARY_PATH", "")) if p)
+            p for p in (directory, env.get("LD_LIBRARY_PATH", "")) if p)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SOURCE_ROOT), env.get("PYTHONPATH", ""))
                                         if p)
     return env

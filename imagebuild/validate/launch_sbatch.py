@@ -53,6 +53,13 @@ export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK"""
 SOCKET_IFNAME_WHY = """\
 # The interfaces for bootstrap and rendezvous sockets. Without GLOO_SOCKET_IFNAME gloo
 # uses the address the host name resolves to, which fails on large jobs."""
+#: One doctor per node, inside the image, before the checks (imagebuild doctor).
+DOCTOR_SRUN = ("srun", "--ntasks-per-node=1", "--cpus-per-task=1")
+DOCTOR_WHY = """\
+# Preflight on every node: imagebuild doctor inside the image (driver, GPU targets, XNACK,
+# libfabric, host ROCm mounts, SMI libraries, MIOpen's cache). A node that does not fit
+# the image ends the job here, before the checks (imagebuild validate --no-doctor leaves
+# this step out)."""
 _ENV_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
@@ -85,6 +92,9 @@ class SbatchSpec:
     report_path: str | None = None
     #: Run this checkout's checks (a copy staged beside the script) instead of the image's.
     mount_checks: bool = False
+    #: Run ``imagebuild doctor`` in the image on every node first (GPU jobs in an image):
+    #: the job stops there when a node does not fit the image.
+    doctor: bool = True
 
     def tasks_per_node(self, gpus: str) -> int:
         if self.ntasks_per_node:
@@ -211,6 +221,8 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
     runner = [invocation.python, "-m", IMAGE_PACKAGE, *invocation.runner_args]
     wrapped = ["bash", "-c", '"$rank_setup"', "imagebuild-rank"]
     before_command: list[str] = []
+    doctor_runner = [invocation.python, "-m", IMAGE_PACKAGE, "doctor"]
+    doctor: list[str] = []  # the in-image doctor, where the target is an image
     if target.kind == "environment":
         if checks_dir is None:
             raise ValidateError("--launcher sbatch without an image needs the staged checks")
@@ -230,26 +242,34 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
             exec_flags += ["--bind", shell_value(bind.spec())]
         if spec.mount_checks and checks_dir is not None:
             exec_flags += ["--bind", shlex.quote(f"{checks_dir}:{IMAGE_LIB}:ro")]
-        inside = runner
+
+        def in_sif(words: list[str]) -> list[str]:
+            if invocation.library_dir:
+                # The site's libfabric first on the loader path, after the image's
+                # environment applies (apptainer --env would replace its LD_LIBRARY_PATH).
+                words = ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, invocation.library_dir, *words]
+            return ['"$runtime"', "exec", *exec_flags, shlex.quote(str(target.ref)),
+                    *_quoted(words)]
+
         if invocation.library_dir:
-            # The site's libfabric first on the loader path, after the image's environment
-            # applies (apptainer --env would replace the image's LD_LIBRARY_PATH).
-            inside = ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, invocation.library_dir, *runner]
             before_command = ["# The loader-path prefix expands inside the container.",
                               "# shellcheck disable=SC2016"]
-        command = [*srun, *wrapped, '"$runtime"', "exec", *exec_flags,
-                   shlex.quote(str(target.ref)), *_quoted(inside)]
+        command = [*srun, *wrapped, *in_sif(runner)]
+        doctor = [*DOCTOR_SRUN, *in_sif(doctor_runner)]
     elif spec.environment:
         if spec.mount_checks and checks_dir is not None:
             lines += ["# This checkout's checks; the EDF must mount the file system they are on.",
                       f"export PYTHONPATH={shlex.quote(str(checks_dir))}"]
         else:
             lines.append(f"export PYTHONPATH={IMAGE_LIB}")
-        command = [*srun, f"--environment={shlex.quote(spec.environment)}", *wrapped,
-                   *_quoted(runner)]
+        environment = f"--environment={shlex.quote(spec.environment)}"
+        command = [*srun, environment, *wrapped, *_quoted(runner)]
+        doctor = [*DOCTOR_SRUN, environment, *_quoted(doctor_runner)]
     else:
         raise ValidateError(f"--launcher sbatch with image {target.ref}: name a Container Engine "
                             "environment (--environment NAME) or pass a .sif file")
+    if doctor and spec.doctor and gpus == "rocm":
+        lines += ["", *DOCTOR_WHY.splitlines(), *before_command, " ".join(doctor)]
     lines += ["", *before_command, " ".join(command) + ' --report "$report"']
     return "\n".join(lines) + "\n"
 

@@ -197,7 +197,9 @@ def test_cli_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
                      "--backend", "docker"])
     assert code == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == ["error: docker: image 'imagebuild-test/none:missing' not found in the engine"]
+    assert err == ["error: docker: no image 'imagebuild-test/none:missing' here",
+                   ("hint: pull it first (docker pull imagebuild-test/none:missing), or name "
+                    "a recipe, a .sqsh or a .sif")]
     assert not (tmp_path / "artifacts").exists() or not any((tmp_path / "artifacts").iterdir())
 
 

@@ -109,6 +109,21 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
     assert "repository_url=docker.io/rocm/dev-ubuntu-24.04" in base["purl"]
 
 
+def test_sbom_names_the_tuner_archive_by_its_sha256(rocm):
+    recipe, lock, plan = rocm
+    url, sha = "https://mirror.example.org/rccl-ext-tuner.tar.gz", "ab" * 32
+    inputs = SbomInputs(recipe.name, lock, recipe.hipblaslt.subdir, plan.plugin.kind,
+                        plan.plugin.libfabric_version, rccl_tuner=(url, sha))
+    text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
+                                1_700_000_000))
+    assert validation_errors(text) is None
+    tuner = {c["bom-ref"]: c for c in json.loads(text)["components"]}["source:rccl-tuner"]
+    assert tuner["hashes"] == [{"alg": "SHA-256", "content": sha}]
+    assert tuner["externalReferences"][0]["url"] == url
+    assert f"checksum=sha256:{sha}" in tuner["purl"]
+    assert "source:rccl-tuner" not in {c["bom-ref"] for c in _sbom(rocm)["components"]}
+
+
 def test_sbom_lists_every_wheel_and_installed_deb(rocm):
     _recipe, lock, _plan = rocm
     bom = _sbom(rocm)

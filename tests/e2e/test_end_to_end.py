@@ -140,6 +140,31 @@ def test_7_second_build_is_a_no_op(env: dict, capsys) -> None:
     assert "artifacts of" in err and "are up to date" in err
 
 
+def test_7b_plan_says_which_stages_would_rebuild_and_why(env: dict, capsys) -> None:
+    """--plan builds nothing: against the image just built, nothing; after an env edit (the
+    lock stays valid), only the final stage, because its instructions changed."""
+    code, out, _ = timed("build --plan (up to date)", ["build", RECIPE, "--plan"], capsys)
+    assert code == 0 and "is up to date" in out and "nothing would build" in out
+    recipe = env["project"] / "recipes" / f"{RECIPE}.yaml"
+    original = recipe.read_text()
+    image_id = env["engine"].image_id(IMAGE)
+    try:
+        recipe.write_text(original.replace("env:\n", "env:\n  IMAGEBUILD_PLANNED: one more\n", 1))
+        code, out, _ = timed("build --plan (env edited)", ["build", RECIPE, "--plan"], capsys)
+    finally:
+        recipe.write_text(original)
+    assert code == 0
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("STAGE "))
+    table = lines[header + 1:]
+    rows = {line.split()[0]: line for line in table if " would rebuild " not in line}
+    assert set(rows) == {"base", "python", "final"}
+    assert "reuse" in rows["base"] and "reuse" in rows["python"]
+    assert "rebuild" in rows["final"] and "its instructions or build args changed" in rows["final"]
+    assert f"1 of 3 stages would rebuild against {IMAGE}" in out
+    assert env["engine"].image_id(IMAGE) == image_id  # nothing was built
+
+
 def test_8_push_to_a_registry(env: dict, local_registry: str, capsys) -> None:
     code, _out, err = timed("push", ["build", RECIPE, "--push", f"{local_registry}/e2e"],
                             capsys)

@@ -58,6 +58,9 @@ class ReplayEngine(Engine):
     def remove(self, ref: str) -> None:
         self.images.pop(ref, None)
 
+    def list_images(self, repository: str) -> list:
+        raise NotImplementedError
+
     def push(self, ref: str) -> str:
         return "sha256:" + "ab" * 32
 

@@ -25,7 +25,7 @@ def test_an_image_the_engine_lacks_is_named_with_how_to_get_it(
     code = main(["-C", str(tmp_path), command[0], ABSENT, *command[1:]])
     err = capsys.readouterr().err.splitlines()
     assert code == 2
-    assert err == [f"error: docker: no image '{ABSENT}' here",
+    assert err[-2:] == [f"error: docker: no image '{ABSENT}' here",
                    (f"hint: pull it first (docker pull {ABSENT}), or name a recipe, a .sqsh "
                     "or a .sif")]
     assert not docker_engine.image_exists(ABSENT)  # and nothing was pulled

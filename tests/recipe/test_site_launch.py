@@ -31,7 +31,7 @@ def test_shipped_profiles_carry_their_launch_values() -> None:
     assert env["CXI_FORK_SAFE"] == env["CXI_FORK_SAFE_HP"] == "1"
     assert env["FI_CXI_DISABLE_CQ_HUGETLB"] == "1" and env["NCCL_NET_GDR_LEVEL"] == "3"
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
-    assert loader_dir(lumi) == "/opt/cray/libfabric/1.22.0/lib64"
+    assert loader_dir(lumi) == "/opt/cray/libfabric/*/lib64"  # the newest the node has
 
     beverin = load_site("cscs-beverin")
     assert beverin.network.provider == "cxi" and beverin.slurm.gpus_per_node == 4

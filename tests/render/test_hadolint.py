@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.recipe.load import load_recipe
+from imagebuild.recipe.model import RcclTuner
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.plan import make_plan
 from tests.render.conftest import FIXTURES, REPO, SHIPPED
@@ -68,6 +69,11 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
         "builtin-frontend": replace(recipe, dockerfile_syntax=None),
         "no-tuning-kit": replace(recipe, hipblaslt=replace(recipe.hipblaslt, tuning_kit=False,
                                                            clients=False)),
+        "rccl-tuner": replace(recipe, rccl_tuner=RcclTuner(
+            True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64)),
+        "rccl-tuner-as-is": replace(recipe, rccl_tuner=RcclTuner(
+            True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64,
+            interface_adapter=False)),
     }.items():
         variants[label] = render_dockerfile(make_plan(changed, None))
     cpu = load_recipe("cpu-test", FIXTURES)

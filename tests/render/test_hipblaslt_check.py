@@ -324,3 +324,50 @@ def test_a_bundling_torch_linked_to_a_11_library_still_fails_named(bundled: Imag
     result = bundled.final()
     assert result.returncode == 1
     assert "libomp.so" in result.stderr
+
+
+# --- kernels: every target has the device code the library will find ---------------------------
+# tests/render/test_hipblaslt_debian.py runs the same check on Debian's real hipBLASLt 7.2.4.
+
+def kernel_files(library: Path, *targets: str, index: bool = True) -> None:
+    """Name the files a Tensile build writes for ``targets`` beside ``library``."""
+    directory = library.parent / "hipblaslt" / "library"
+    for target in targets:
+        if index:
+            (directory / f"TensileLibrary_lazy_{target}.dat").write_bytes(b"\x80")
+        (directory / f"TensileLibrary_BB_BB_HA_Bias_{target}.co").write_bytes(b"\x7fELF")
+        (directory / f"Kernels.so-000-{target}.hsaco").write_bytes(b"\x7fELF")
+
+
+def test_kernels_pass_for_each_target_the_library_carries(bundled: Image):
+    kernel_files(bundled.built, "gfx90a", "gfx942")
+    result = bundled.run("kernels", str(bundled.library_dir), "--targets", "gfx942,gfx90a:xnack+")
+    assert result.returncode == 0, result.stderr
+    assert "gfx942: 2 code objects; gfx90a: 2 code objects; it carries gfx90a, gfx942" in \
+        result.stdout
+
+
+def test_kernels_fail_for_a_missing_target_naming_what_is_there(bundled: Image):
+    kernel_files(bundled.built, "gfx90a", "gfx1100")
+    kernel_files(bundled.built, "gfx942", index=False)
+    result = bundled.run("kernels", str(bundled.library_dir), "--targets", "gfx942,gfx110")
+    assert result.returncode == 1
+    assert (f"has no kernels for gfx942 (no TensileLibrary_lazy_gfx942.dat, 2 code objects), "
+            f"gfx110 (no TensileLibrary_lazy_gfx110.dat, 0 code objects) in "
+            f"{bundled.library_dir / 'hipblaslt' / 'library'}, which carries gfx1100, gfx90a"
+            ) in result.stderr
+
+
+def test_final_with_targets_records_the_kernels(bundled: Image):
+    bundled.run("link", str(bundled.library_dir), "--into-torch")
+    kernel_files(bundled.built, "gfx942")
+    result = bundled.run("final", str(bundled.library_dir), "--bench", str(bundled.bench),
+                         "--manifest", str(bundled.manifest), "--targets", "gfx942")
+    assert result.returncode == 0, result.stderr
+    kernels = json.loads(bundled.manifest.read_text())["hipblaslt"]["kernels"]
+    assert kernels["carries"] == ["gfx942"]
+    assert kernels["targets"]["gfx942"] == {"index": ["TensileLibrary_lazy_gfx942.dat"],
+                                            "code_objects": 2}
+    failing = bundled.run("final", str(bundled.library_dir), "--bench", str(bundled.bench),
+                          "--manifest", str(bundled.manifest), "--targets", "gfx90a")
+    assert failing.returncode == 1 and "has no kernels for gfx90a" in failing.stderr

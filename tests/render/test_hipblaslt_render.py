@@ -80,7 +80,8 @@ def test_the_final_stage_proves_one_library_after_the_manifest(name: str):
     assert re.fullmatch(r"/opt/venv/bin/python /tmp/imagebuild/hipblaslt-check\.py final "
                         r"/opt/hipblaslt/lib --bench /opt/hipblaslt/bin/hipblaslt-bench "
                         r"--manifest /opt/imagebuild/manifest\.json "
-                        r"--image-library-path /opt/hipblaslt/lib:/opt/aws-ofi-\w+/lib", command)
+                        r"--image-library-path /opt/hipblaslt/lib:/opt/aws-ofi-\w+/lib "
+                        r"--targets gfx90a,gfx942", command)
     assert "type=bind,source=hipblaslt-check.py" in runs[check]
 
 

@@ -38,6 +38,22 @@ with hipcc in the 7.2.4 toolchain the whole file took 355 s with an empty BuildK
 (all four builds rebuilt; 264 s before rccl-tests, measured the same way in an earlier
 session, so the difference also holds that session's machine load).
 
+The same image carries RCCL's example tuner plugin, built by the rccl-tuner stage from the
+fixture archive (rccl-ext-tuner.tar.gz, served over HTTP) with the v4 adapter: the build
+read ncclTunerPlugin_v4, v3, v2 from librccl1 7.2.4 and chose v4 (the tuner exports v5 and
+v4); NCCL_TUNER_PLUGIN names it, and NCCL_TUNER_CONFIG_FILE the configuration that
+`imagebuild tune rccl` wrote from a sweep before the build (rccl_tuner.config, copied into
+the image); rccl-tuner-probe, run in the image, chooses differently with it than without it
+for the sizes and the topology it names (allreduce up to 1 MiB on 1 node x 8 ranks) and for
+no other. The example
+as it is (interface_adapter: false, in a recipe without a network plugin) fails the build at
+the tuner check, naming both sets. The tuner stage adds 3-6 s of steps beside the libfabric
+build (fetch 0.2-0.5 s, compile 0.4-2.2 s, probe 0.4-1.5 s, the check 1.3 s; it took 55 s
+beside the libfabric and rccl-tests compiles before its scan of librccl found the lookup
+names by their literal) and 60 KB to the image; the refused recipe's build takes 2-13 s (its
+toolchain stage is the shared layer). The whole file took 405 s with the sid toolchain
+layer rebuilt, 375 s with it cached, 186 s with every source build cached.
+
 Cost, measured on a 2-core machine with an empty BuildKit cache and the debootstrapped
 bases present (debootstrap of sid: 33 s, once): the file takes 264 s (trixie's three builds
 before: 199 s). The toolchain stage takes 35 s on sid (apt fetches about 0.5 GB: librccl1
@@ -53,10 +69,12 @@ actually choosing the plugin at run time, and the hipBLASLt stage.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -73,7 +91,7 @@ from testbed.plugin_recipe import (
     placeholder_torch,
     plugin_recipe,
 )
-from testbed.source_mirror import SourceMirror
+from testbed.source_mirror import TUNER_ARCHIVE, SourceMirror
 from tests.support.indexserver import IndexServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
@@ -89,12 +107,27 @@ RECIPES: dict[str, tuple[DebianRocm, str, str | None, tuple[str, ...] | None]] =
     # aws-ofi-rccl exports only ncclNetPlugin_v5: RCCL 7.2.4 refuses it, 5.4.3 takes it.
     "plugin-rccl-724": (SID_ROCM_7_2_4, "rocm-6.4.4", None, None),
     "plugin-rccl-543": (TRIXIE_ROCM_5_7_1, "rocm-6.4.4", None, None),
+    "tuner-724-as-is": (SID_ROCM_7_2_4, "rocm-7.2.4", None, None),
 }
 #: test recipe -> the GPU targets its rccl-tests are built for (one, to keep CI short); the
 #: image of the plugin that RCCL 7.2.4 loads carries them, so no other image is built.
 RCCL_TESTS = {"plugin-nccl-724": ("gfx942",)}
-#: The builds that must fail, at the plugin stage's interface check.
-REFUSED = ("plugin-rccl-724",)
+#: test recipe -> its rccl_tuner section (besides url and sha256, which the mirror decides).
+#: The image RCCL 7.2.4 loads carries the example tuner behind the v4 adapter; the example as
+#: it is (v5 only) goes into a recipe of its own, without a network plugin, which must fail.
+TUNERS: dict[str, dict[str, object]] = {
+    "plugin-nccl-724": {"interface_adapter": True, "config": "tuning/nccl_tuner.conf"},
+    "tuner-724-as-is": {"interface_adapter": False},
+}
+#: The sweep `imagebuild tune rccl` turns into the tuner configuration the image carries: on
+#: 1 node x 8 ranks, ring/ll is fastest up to 64 KiB and tree/simple up to 1 MiB.
+SWEEP = ("collective,bytes,algorithm,protocol,busbw_gbs,nNodes,nRanks\n"
+         "allreduce,65536,ring,ll,9.5,1,8\nallreduce,65536,tree,ll128,7.0,1,8\n"
+         "allreduce,1048576,tree,simple,80,1,8\nallreduce,1048576,ring,simple,60,1,8\n")
+#: Recipes without the network plugin (they exist for another stage).
+NO_NETWORK_PLUGIN = ("tuner-724-as-is",)
+#: The builds that must fail, at the plugin or tuner stage's interface check.
+REFUSED = ("plugin-rccl-724", "tuner-724-as-is")
 #: test recipe -> (what its RCCL looks up, what its plugin exports, newest first)
 INTERFACES = {
     "plugin-nccl-724": ([10, 9, 8, 7, 6], list(range(11, 1, -1))),
@@ -138,15 +171,24 @@ def project(tmp_path_factory: pytest.TempPathFactory, bases: dict[str, str]) -> 
     placeholder_torch(root / "index" / "whl")
     index = IndexServer(root / "index")
     refused = {}
+    (root / "sweep.csv").write_text(SWEEP)
+    tuned = imagebuild(root, "tune", "rccl", "--sweep-results", str(root / "sweep.csv"),
+                       "--out", str(root / "tuning"))
+    assert tuned.returncode == 0, tuned.stderr
     with index, SourceMirror(root / "mirror") as mirror:
         mirrors = [f"--git-mirror={src}={dst}" for src, dst in mirror.mirrors.items()]
+        tuner_sha256 = hashlib.sha256((mirror.fixtures / TUNER_ARCHIVE).read_bytes()).hexdigest()
         for name, (debian, shipped, libfabric, sites) in RECIPES.items():
+            tuner = ({"url": mirror.tuner_url, "sha256": tuner_sha256, **TUNERS[name]}
+                     if name in TUNERS else None)
             (root / "recipes" / f"{name}.yaml").write_text(plugin_recipe(
                 shipped, debian, bases[debian.base.tag], index.url_for("whl/"), libfabric,
-                sites, RCCL_TESTS.get(name, ())))
+                sites, RCCL_TESTS.get(name, ()), tuner, name not in NO_NETWORK_PLUGIN))
             locked = imagebuild(root, "lock", name, *mirrors)
             assert locked.returncode == 0, locked.stderr[-3000:]
+            started = time.monotonic()
             built = imagebuild(root, "build", name)
+            print(f"\n[plugin] {name}: build {time.monotonic() - started:.0f} s")
             if name in REFUSED:
                 print(f"\n[plugin] {name} (refused):\n{built.stderr[-1500:]}")
                 refused[name] = built
@@ -352,7 +394,9 @@ def test_rccl_tests_carry_device_code_for_exactly_the_recipes_target(
 
 def test_all_reduce_perf_runs_by_name_and_stops_cleanly_without_a_gpu(project: dict) -> None:
     image = project["images"][RCCL_TESTS_IMAGE]
-    assert image_env(image)["PATH"].endswith(":/opt/rccl-tests/bin")
+    path = image_env(image)["PATH"].split(":")
+    # after the base image's directories (the tuner's probe follows it in this image)
+    assert path.index("/opt/rccl-tests/bin") > path.index("/bin")
     helped = docker("run", "--rm", image, "all_reduce_perf", "--help", check=False)
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("USAGE: all_reduce_perf")
@@ -363,3 +407,73 @@ def test_all_reduce_perf_runs_by_name_and_stops_cleanly_without_a_gpu(project: d
     ran = docker("run", "--rm", image, "all_reduce_perf", "-b", "8", "-e", "8", check=False)
     assert ran.returncode != 0
     assert "no ROCm-capable device is detected" in ran.stdout + ran.stderr
+
+
+# --- the tuner plugin against RCCL 7.2.4 -----------------------------------------------------
+
+TUNER_IMAGE = "plugin-nccl-724"
+
+
+def test_rccl_7_2_4_refuses_the_example_tuner_as_it_is(project: dict) -> None:
+    """The example exports only ncclTunerPlugin_v5; RCCL 7.2.4's librccl looks up v4, v3
+    and v2 (read from it by the tuner stage's check): the build stops there, naming both."""
+    built = project["refused"]["tuner-724-as-is"]
+    assert built.returncode != 0
+    output = built.stdout + built.stderr
+    assert ("looks up ncclTunerPlugin_v4, v3, v2; the tuner librccl-tuner.so exports only v5: "
+            "RCCL would not load it" in output), output[-3000:]
+    assert "/usr/lib/x86_64-linux-gnu/librccl.so" in output
+
+
+def test_the_adapted_tuner_is_what_rccl_7_2_4_looks_up_and_the_image_names_it(
+        project: dict) -> None:
+    image = project["images"][TUNER_IMAGE]
+    tuner = manifest(image)["rccl_tuner"]
+    interface = tuner["interface"]
+    assert interface["rccl"].startswith("/usr/lib/x86_64-linux-gnu/librccl.so")
+    assert interface["rccl_looks_up"] == [4, 3, 2]
+    assert interface["plugin_exports"] == [5, 4] and interface["chosen"] == 4
+    assert interface["probe"].endswith("-> chosen ring/simple channels default")
+    env = image_env(image)
+    assert env["NCCL_TUNER_PLUGIN"] == tuner["library"] == interface["library"]
+    assert env["NCCL_TUNER_CONFIG_FILE"] == tuner["config"] == "/opt/rccl-tuner/nccl_tuner.conf"
+    edf = tomllib.loads((project["root"] / "envs" / f"{TUNER_IMAGE}.toml").read_text())
+    for key in ("NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"):
+        assert edf.get("env", {}).get(key, env[key]) == env[key]
+    sbom = json.loads((project["root"] / "artifacts" / f"{TUNER_IMAGE}.cdx.json").read_text())
+    source = {c["bom-ref"]: c for c in sbom["components"]}["source:rccl-tuner"]
+    assert source["hashes"] == [{"alg": "SHA-256", "content": tuner["source"]["sha256"]}]
+    carried = docker("run", "--rm", image, "cat", tuner["config"]).stdout
+    assert carried == (project["root"] / "tuning" / "nccl_tuner.conf").read_text()
+    # no tuner and no config in an image whose recipe has none
+    other = image_env(project["images"]["plugin-rccl-543"])
+    assert "NCCL_TUNER_PLUGIN" not in other and "NCCL_TUNER_CONFIG_FILE" not in other
+    print(f"\n[tuner] RCCL looks up {interface['rccl_looks_up']}, the tuner exports "
+          f"{interface['plugin_exports']}, chosen v{interface['chosen']}")
+
+
+def test_a_tune_rccl_config_changes_the_choice_in_the_image_for_its_sizes_only(
+        project: dict) -> None:
+    """The configuration `imagebuild tune rccl` wrote from SWEEP is in the image
+    (rccl_tuner.config); its probe dlopens the tuner as RCCL 2.27 does (ncclTunerPlugin_v4,
+    init, getCollInfo on a cost table), with the image's NCCL_TUNER_CONFIG_FILE and with one
+    that names no file."""
+    image = project["images"][TUNER_IMAGE]
+    sizes = ("1000", "65536", "65537", "1048576", "1048577", "67108864")
+    script = ('for s in "$@"; do rccl-tuner-probe "$NCCL_TUNER_PLUGIN" allreduce "$s" 1 8; '
+              'done; rccl-tuner-probe "$NCCL_TUNER_PLUGIN" allreduce 1000 2 16')
+
+    def chosen(*run_args: str) -> list[str]:
+        ran = docker("run", "--rm", *run_args, image, "bash", "-c", script, "probe", *sizes,
+                     check=False)
+        assert ran.returncode == 0, ran.stderr
+        print("\n" + ran.stdout)
+        return [line.split("-> chosen ")[1].split()[0] for line in ran.stdout.splitlines()]
+
+    untuned = chosen("-e", "NCCL_TUNER_CONFIG_FILE=/nonexistent")
+    tuned = chosen()
+    assert untuned == ["tree/ll", "tree/ll128", "tree/ll128", "ring/simple", "ring/simple",
+                       "ring/simple", "tree/ll"]
+    # the named sizes on 1 node x 8 ranks change; larger sizes and 2 x 16 keep the model's
+    assert tuned == ["ring/ll", "ring/ll", "tree/simple", "tree/simple", "ring/simple",
+                     "ring/simple", "tree/ll"]

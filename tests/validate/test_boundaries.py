@@ -43,6 +43,13 @@ def test_tune_does_not_import_validate() -> None:
     assert offenders(PACKAGE, "tune", "imagebuild.validate") == []
 
 
+def test_doctor_and_validate_do_not_import_each_other() -> None:
+    """The validate command joins them (validate runs the doctor first)."""
+    assert offenders(PACKAGE, "validate", "imagebuild.doctor") == []
+    assert offenders(PACKAGE, "doctor", "imagebuild.validate") == []
+    assert offenders(PACKAGE, "doctor", "imagebuild.tune") == []
+
+
 def test_the_rule_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
     root = tmp_path / "imagebuild"
     (root / "tune" / "sub").mkdir(parents=True)

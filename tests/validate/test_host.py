@@ -174,3 +174,17 @@ def test_staged_checks_are_a_complete_package(tmp_path: Path) -> None:
     package = tmp_path / IMAGE_PACKAGE
     assert (package / "__main__.py").is_file() and (package / "gpus.json").is_file()
     assert not list(package.rglob("__pycache__"))
+
+
+def test_two_scripts_prepared_in_one_second_get_two_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime
+
+    from imagebuild.validate import host
+
+    second = datetime.datetime(2026, 11, 26, 4, 50, 1, tzinfo=datetime.UTC)
+    monkeypatch.setattr(host, "utc_now", lambda: second)
+    first = host.unused_script_path(tmp_path)
+    assert first.name == "imagebuild-validate-20261126T045001Z.sbatch"
+    first.write_text("#!/bin/sh\n")
+    assert host.unused_script_path(tmp_path).name == "imagebuild-validate-20261126T045001Z-2.sbatch"

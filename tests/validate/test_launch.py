@@ -263,6 +263,26 @@ def test_apptainer_command_line_carries_the_site_binds_and_loader_path() -> None
     assert argv[image + 1:image + 5] == ["/bin/sh", "-c", LOADER_PREFIX_SCRIPT, LIBFABRIC]
 
 
+def test_sbatch_gpu_jobs_in_an_image_run_the_doctor_on_every_node_first(tmp_path: Path) -> None:
+    doctor = f"python3 -m {IMAGE_PACKAGE} doctor"
+    sif = sbatch_script(Target("sif", "/x.sif"), _invocation(), SbatchSpec())
+    edf = sbatch_script(Target("image", "img"), _invocation(), SbatchSpec(environment="rocm-7.2.4"))
+    lines = {}
+    for name, script in (("sif", sif), ("edf", edf)):
+        lines[name] = next(line for line in script.splitlines() if line.endswith(doctor))
+        assert lines[name].startswith("srun --ntasks-per-node=1 --cpus-per-task=1 ")
+        assert script.index(lines[name]) < script.index('--report "$report"')
+        _shellcheck(script, tmp_path)
+    assert lines["edf"].endswith(f"--environment=rocm-7.2.4 {doctor}")
+    assert '"$runtime" exec ' in lines["sif"] and f"/x.sif {doctor}" in lines["sif"]
+    # Not without GPUs, not without an image (no manifest to read), not when asked not to.
+    assert doctor not in sbatch_script(Target("sif", "/x.sif"), _invocation("none"), SbatchSpec())
+    assert doctor not in sbatch_script(Target("environment"), _invocation(), SbatchSpec(),
+                                       checks_dir=tmp_path)
+    assert doctor not in sbatch_script(Target("sif", "/x.sif"), _invocation(),
+                                       SbatchSpec(doctor=False))
+
+
 def test_sbatch_sif_job_binds_the_site_and_runs_as_written(tmp_path: Path) -> None:
     """The script's srun line, run by bash with stand-ins for srun and apptainer on PATH:
     the runtime receives the site's binds and the loader prefix word for word."""

@@ -113,6 +113,18 @@ def test_shipped_sites_bind_their_ranks_as_documented(project: Path) -> None:
     assert env["FI_PROVIDER"] == "cxi"  # the batch job pins the provider as the EDF does
 
 
+def test_the_infiniband_profile_keeps_rccl_on_its_ib_transport(project: Path) -> None:
+    """MI300X on InfiniBand/RoCE: NCCL_NET=IB and no libfabric provider pin, so an image's
+    Slingshot plugin is never carried over TCP; eight GPUs, ranks in socket blocks, MIOpen
+    node-local."""
+    spec = sbatch_spec(parse("--site", "mi300x-ib"))
+    env = dict(spec.site_env)
+    assert env["NCCL_NET"] == "IB" and "FI_PROVIDER" not in env
+    assert env["MIOPEN_USER_DB_PATH"].startswith("/tmp/") and env["MIOPEN_DEBUG_DISABLE_SQL_WAL"] == "1"
+    assert spec.gpus_per_node == 8 and spec.task_distribution("rocm") == "block:block"
+    assert site_defaults(parse("--site", "mi300x-ib")).expect_net_provider.value is None
+
+
 def test_the_sbatch_job_takes_the_resolved_values(project: Path) -> None:
     spec = sbatch_spec(parse("--site", "testsite", "--cpus-per-task", "12"))
     assert (spec.gpus_per_node, spec.cpus_per_task, spec.cpu_bind, spec.gpu_select,

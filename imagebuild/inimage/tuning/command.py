@@ -46,7 +46,8 @@ def add_shapes_arguments(shapes: argparse.ArgumentParser) -> None:
     shapes.add_argument("--vocab", type=int, default=None, help="vocabulary (--model)")
     shapes.add_argument("--fused-qkv", action="store_true",
                         help="--model: one qkv projection (Megatron-LM linear_qkv)")
-    shapes.add_argument("--out", type=Path, default=Path(DEFAULT_PROBLEMS))
+    shapes.add_argument("--out", type=Path, default=Path(DEFAULT_PROBLEMS),
+                        help=f"problems CSV to write (default {DEFAULT_PROBLEMS})")
     shapes.add_argument("--show", type=int, default=20, help="rows to print (default 20)")
     shapes.add_argument("cmd", nargs=argparse.REMAINDER,
                         help="-- CMD ...: run CMD with TunableOp/hipBLASLt recording (GPU)")

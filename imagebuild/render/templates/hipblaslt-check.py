@@ -13,6 +13,14 @@ usage:
       fail unless `import torch` maps exactly the libhipblaslt file that BENCH links (and
       that is LIBRARY_DIR's), in the base image's environment and, with PATH, in the
       image's (PATH first on LD_LIBRARY_PATH); then record both paths in the manifest.
+      With --targets, first the kernels check below, recorded too.
+  hipblaslt-check.py kernels LIBRARY_DIR --targets gfx942[,gfx90a...]
+      fail unless the libhipblaslt in LIBRARY_DIR finds device code for every target in
+      the kernel directory it reads: HIPBLASLT_TENSILE_LIBPATH, else hipblaslt/library
+      beside the library (or its <target>/ subdirectory): the lazy-loading index
+      TensileLibrary_lazy_<target>.dat (or .dat.zlib) and at least one code object (.co,
+      .hsaco) named for the target. Without the index, every GEMM on that GPU fails
+      ("rocblaslt error: Cannot read ... TensileLibrary_lazy_<target>.dat").
 
 Why: a tuning result (HIPBLASLT_TUNING_OVERRIDE_FILE, find_exact.py's logic) is tied to
 one library build (hipBLASLt compares its git revision): a result torch never loads is
@@ -29,6 +37,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +72,72 @@ def built(library_dir: str) -> str:
     if not os.path.exists(library):
         fail(f"{library} does not exist: hipBLASLt was not installed to {library_dir}")
     return os.path.realpath(library)
+
+
+def library_file(library_dir: str) -> str:
+    """libhipblaslt.so in LIBRARY_DIR, else its versioned name (a runtime package such as
+    Debian's libhipblaslt1 ships libhipblaslt.so.1 only)."""
+    for pattern in ("libhipblaslt.so", "libhipblaslt.so.*"):
+        found = sorted(glob.glob(os.path.join(library_dir, pattern)))
+        if found:
+            return found[0]
+    fail(f"no libhipblaslt.so* in {library_dir}")
+
+
+def kernel_directory(library: str) -> str:
+    """Where hipBLASLt reads its kernels: HIPBLASLT_TENSILE_LIBPATH, else hipblaslt/library
+    beside the library it was loaded from."""
+    return os.environ.get("HIPBLASLT_TENSILE_LIBPATH") or os.path.join(
+        os.path.dirname(library), "hipblaslt", "library")
+
+
+def target_pattern(target: str) -> re.Pattern[str]:
+    """gfx90a in a file name, not as the start of gfx90ab or gfx1100 for gfx110."""
+    return re.compile(rf"(?<![0-9a-z]){re.escape(target)}(?![0-9a-z])")
+
+
+def kernel_targets(directory: str) -> list[str]:
+    """The targets whose lazy-loading index the directory (or a subdirectory) holds."""
+    index = re.compile(r"^TensileLibrary_lazy_(gfx[0-9a-z]+)\.dat(\.zlib)?$")
+    found = set()
+    for _, _, files in os.walk(directory):
+        found |= {m.group(1) for m in map(index.match, files) if m}
+    return sorted(found)
+
+
+def kernels(library_dir: str, targets: list[str]) -> dict:
+    """Fail unless every target has its index and code objects; what was found."""
+    library = library_file(library_dir)
+    directory = kernel_directory(library)
+    if not os.path.isdir(directory):
+        fail(f"{library} reads its kernels from {directory}, which does not exist")
+    carried = kernel_targets(directory)
+    per_target = {}
+    missing = []
+    for target in targets:
+        base = target.split(":", 1)[0]
+        pattern = target_pattern(base)
+        places = [directory, os.path.join(directory, base)]
+        files = sorted({name for place in places if os.path.isdir(place)
+                        for name in os.listdir(place)})
+        index = [n for n in files if n in (f"TensileLibrary_lazy_{base}.dat",
+                                           f"TensileLibrary_lazy_{base}.dat.zlib")]
+        code = [n for n in files if n.endswith((".co", ".hsaco")) and pattern.search(n)]
+        per_target[base] = {"index": index, "code_objects": len(code)}
+        if not index or not code:
+            missing.append(f"{base} ({'no' if not index else 'an'} "
+                           f"TensileLibrary_lazy_{base}.dat, {len(code)} code objects)")
+    if missing:
+        fail(f"{library} has no kernels for {', '.join(missing)} in {directory}, which carries "
+             f"{', '.join(carried) or 'no target'}: every hipBLASLt GEMM on such a GPU fails "
+             f"(\"Cannot read TensileLibrary_lazy_<target>.dat\"). Build hipBLASLt for these "
+             f"targets (hipblaslt.enabled with them in gpu_targets) or use a base image whose "
+             f"hipBLASLt carries them.")
+    print(f"hipblaslt-check: {library} finds kernels for {', '.join(targets)} in {directory} "
+          f"(" + "; ".join(f"{t}: {v['code_objects']} code objects" for t, v in
+                           per_target.items()) + f"; it carries {', '.join(carried)})")
+    return {"library": library, "directory": directory, "carries": carried,
+            "targets": per_target}
 
 
 def remove(path: str) -> None:
@@ -177,6 +252,7 @@ def proved(args: argparse.Namespace, real: str, how: str,
 
 def final(args: argparse.Namespace) -> None:
     real = built(args.library_dir)
+    found = kernels(args.library_dir, args.targets.split(",")) if args.targets else None
     checked = [(how.strip() or "as is", *proved(args, real, how, env))
                for how, env in environments(args.image_library_path)]
     _, mapped, bench = checked[0]
@@ -186,6 +262,8 @@ def final(args: argparse.Namespace) -> None:
     entry["loaded"] = {"file": real, "torch_maps": mapped, "bench_links": bench,
                        "checked": [how for how, _, _ in checked],
                        "commit": entry.get("commit"), "ref": entry.get("ref")}
+    if found is not None:
+        entry["kernels"] = found
     partial = args.manifest + ".partial"
     with open(partial, "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=2)
@@ -209,8 +287,17 @@ def main() -> None:
     checking.add_argument("--bench")
     checking.add_argument("--manifest", required=True)
     checking.add_argument("--image-library-path")
+    checking.add_argument("--targets", help="also run the kernels check for these targets")
+    device_code = modes.add_parser("kernels")
+    device_code.add_argument("library_dir")
+    device_code.add_argument("--targets", required=True, help="comma-separated GPU targets")
     args = parser.parse_args()
-    link(args) if args.mode == "link" else final(args)
+    if args.mode == "link":
+        link(args)
+    elif args.mode == "final":
+        final(args)
+    else:
+        kernels(args.library_dir, args.targets.split(","))
 
 
 if __name__ == "__main__":

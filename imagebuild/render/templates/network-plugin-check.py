@@ -37,7 +37,11 @@ import sys
 
 TAG = re.compile(r"^FABRIC_(\d+)\.(\d+)$")
 #: Not ncclCollNetPlugin_v<N>: the collective-network plugin's interface, looked up apart.
-LOOKUP = re.compile(rb"(?<![0-9A-Za-z_])ncclNetPlugin_v(\d+)(?![0-9A-Za-z_])")
+#: Starts with the literal, which re finds fast; the character before it is checked apart
+#: (a leading lookbehind makes re try every byte: 10 s instead of 0.5 s on RCCL 7.2.4's
+#: 361 MiB library).
+LOOKUP = re.compile(rb"ncclNetPlugin_v(\d+)(?![0-9A-Za-z_])")
+IDENTIFIER = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 EXPORT = re.compile(r"^ncclNetPlugin_v(\d+)(?:@.*)?$")
 #: A child process dlopens, so that LD_LIBRARY_PATH applies (the loader reads it at start),
 #: and reports the libfabric the loader mapped.
@@ -119,7 +123,9 @@ def rccl_library(where: str) -> str:
 def versions_looked_up(rccl: str) -> list[int]:
     """The ncclNetPlugin_v<N> names RCCL dlsyms, newest first (string literals in .rodata)."""
     with open(rccl, "rb") as handle:
-        found = {int(n) for n in LOOKUP.findall(handle.read())}
+        data = handle.read()
+    found = {int(m.group(1)) for m in LOOKUP.finditer(data)
+             if m.start() == 0 or data[m.start() - 1] not in IDENTIFIER}
     return sorted(found, reverse=True)
 
 

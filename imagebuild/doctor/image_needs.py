@@ -1,0 +1,51 @@
+"""What the image needs, wherever it is described: a recipe (before it is built), an
+image (its manifest, read through the container engine), or a manifest file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from imagebuild.errors import ValidateError
+from imagebuild.inimage.doctor.needs import ImageNeeds, needs_from_manifest
+from imagebuild.inimage.image_manifest import load_manifest
+from imagebuild.recipe.model import Recipe
+from imagebuild.render.layout import IMAGE_MANIFEST, VENV
+from imagebuild.render.libfabric import abi_name, abi_of
+from imagebuild.render.plan import plugin_prefix
+
+
+def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
+    """Before a build: the recipe's ROCm and targets; the plugin needs the newest symbol
+    version of the libfabric it is built against (fi_getinfo's, the one that moves)."""
+    plugin = recipe.network_plugin
+    return ImageNeeds(
+        name=recipe.name, rocm=recipe.rocm, gpu_targets=tuple(recipe.gpu_targets),
+        plugin=plugin.enabled,
+        plugin_library=f"{plugin_prefix(recipe)}/lib/librccl-net.so" if plugin.enabled else None,
+        fabric_needs=(abi_name(abi_of(plugin.libfabric.version)),) if plugin.enabled else (),
+        venv=VENV)
+
+
+def needs_from_file(path: Path) -> ImageNeeds:
+    manifest, why = load_manifest(str(path))
+    if manifest is None:
+        raise ValidateError(f"doctor: {why}", hint="name a recipe or an image, or run inside "
+                            "an image built by imagebuild")
+    return needs_from_manifest(manifest)
+
+
+def needs_for_image(ref: str, engine: Any) -> ImageNeeds:
+    """The manifest of image ``ref``, read by running ``cat`` in a throwaway container."""
+    result = engine.run(ref, ["cat", IMAGE_MANIFEST])
+    if result.exit_code != 0:
+        raise ValidateError(f"doctor: image {ref} has no {IMAGE_MANIFEST} "
+                            f"({result.output.strip()[-200:]})",
+                            hint="doctor reads what an image needs from the manifest "
+                            "imagebuild writes; name the recipe instead")
+    try:
+        manifest = json.loads(result.output)
+    except ValueError as exc:
+        raise ValidateError(f"doctor: {ref}:{IMAGE_MANIFEST} is not JSON ({exc})") from exc
+    return needs_from_manifest(manifest, ref)

@@ -1,0 +1,266 @@
+"""RCCL's tuner plugin in the ROCm images: the recipe key, the stage the plan and the
+Dockerfile make of it, and the stage's sources run for real here: the example tuner from the
+source fixture (../shared/fixtures/sources/rccl-ext-tuner.tar.gz) compiled with gcc, with and
+without the project's v4 adapter; the interface check against an ELF library carrying an
+RCCL's lookup strings; rccl-tuner-probe dlopening the tuner with a config written by
+``imagebuild tune rccl``. tests/render/test_plugin_stage.py builds the stage in an image
+against Debian's real RCCL 7.2.4.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagebuild.errors import RecipeError, RenderError
+from imagebuild.project import chosen_project
+from imagebuild.recipe.load import load_recipe
+from imagebuild.recipe.model import RcclTuner
+from imagebuild.render.context import build_context, manifest
+from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile, stage_plan
+from imagebuild.render.plan import make_plan
+from imagebuild.tune.rccl import SweepPoint, tuner_config
+from testbed.source_mirror import fixtures_dir
+from tests.render.conftest import REPO
+from tests.support.render import parse_dockerfile, write_lock
+
+CHECK = TEMPLATES / "tuner-plugin-check.py"
+ARCHIVE = "rccl-ext-tuner.tar.gz"
+SHA = "89a0c37a567c07c9570d9ab880b8f982dd49852be01ce1c90fbc585f470955d0"
+TUNER = RcclTuner(enabled=True, url="https://example.org/rccl-ext-tuner.tar.gz", sha256=SHA)
+
+
+@pytest.fixture
+def rocm(tmp_path: Path):
+    recipe = load_recipe("rocm-7.2.4", REPO)
+    lock = write_lock(recipe, tmp_path / "pylock.rocm-7.2.4.toml")
+    return replace(recipe, rccl_tuner=TUNER), lock
+
+
+# --- recipe ----------------------------------------------------------------------------------
+
+def _recipe(tmp_path: Path, body: str, rocm: str = "7.2.4") -> Path:
+    path = tmp_path / "r.yaml"
+    path.write_text(f"version: 1\nrocm: {rocm}\nbase_image: b:1\nwheels:\n"
+                    "  index_url: https://example.org/\n  packages:\n    torch: 2.9.1\n" + body)
+    return path
+
+
+SECTION = f"rccl_tuner:\n  enabled: true\n  url: https://example.org/t.tar.gz\n  sha256: {SHA}\n"
+
+
+def test_the_section_loads_with_its_defaults(tmp_path: Path) -> None:
+    recipe = load_recipe(str(_recipe(tmp_path, SECTION)))
+    assert recipe.rccl_tuner == RcclTuner(True, "https://example.org/t.tar.gz", SHA,
+                                          "ext-tuner/example", True)
+    assert recipe.to_dict()["rccl_tuner"]["sha256"] == SHA
+
+
+def test_recipes_without_it_keep_their_hashes() -> None:
+    recipe = load_recipe("rocm-7.2.4", REPO)
+    assert not recipe.rccl_tuner.enabled and "rccl_tuner" not in recipe.to_dict()
+    assert replace(recipe, rccl_tuner=TUNER).input_hash() != recipe.input_hash()
+
+
+@pytest.mark.parametrize(("body", "rocm", "problem"), [
+    ("rccl_tuner:\n  enabled: true\n  url: https://example.org/t.tar.gz\n", "7.2.4",
+     "rccl_tuner.sha256: missing (required when rccl_tuner.enabled is true)"),
+    (SECTION.replace(SHA, SHA[:40]), "7.2.4", "rccl_tuner.sha256"),
+    (SECTION.replace("https://example.org/t.tar.gz", "'https://x/t.tgz; rm -rf /'"), "7.2.4",
+     "rccl_tuner.url"),
+    (SECTION + "  example_dir: ../etc\n", "7.2.4", "rccl_tuner.example_dir"),
+    (SECTION, "null", "rccl_tuner.enabled: needs a ROCm release"),
+])
+def test_bad_sections_are_refused(tmp_path: Path, body: str, rocm: str, problem: str) -> None:
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(str(_recipe(tmp_path, body, rocm)))
+    assert problem in str(caught.value)
+
+
+def test_the_image_owns_nccl_tuner_plugin(rocm) -> None:
+    recipe, lock = rocm
+    with pytest.raises(RenderError, match="env.NCCL_TUNER_PLUGIN: set by imagebuild itself"):
+        make_plan(replace(recipe, env=(("NCCL_TUNER_PLUGIN", "/x.so"),)), lock)
+
+
+# --- plan, Dockerfile, context ----------------------------------------------------------------
+
+def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
+                                                                          tmp_path: Path) -> None:
+    recipe, lock = rocm
+    plan = make_plan(recipe, lock)
+    assert plan.rccl_tuner is not None
+    for package in ("gcc", "curl", "binutils", "python3"):
+        assert package in plan.build_packages
+    stages = parse_dockerfile(render_dockerfile(plan))
+    stage = stages["rccl-tuner"]
+    assert stage.uses == {"toolchain"} and "rccl-tuner" in stages["final"].uses
+    assert f"echo '{SHA}  /tmp/rccl-tuner.tar' > /tmp/rccl-tuner.tar.sha256" in stage.text
+    assert "sha256sum -c /tmp/rccl-tuner.tar.sha256" in stage.text
+    assert "WORKDIR /usr/src/rccl-tuner/ext-tuner/example" in stage.text
+    assert "/tmp/imagebuild/rccl-tuner-v4.c" in stage.text and " plugin.c" not in stage.text
+    assert ("tuner-plugin-check.py stage /opt/rccl-tuner/lib/librccl-tuner.so --rccl /opt/rocm "
+            "--probe /opt/rccl-tuner/bin/rccl-tuner-probe") in " ".join(stage.text.split())
+    final = stages["final"].text
+    assert "NCCL_TUNER_PLUGIN=/opt/rccl-tuner/lib/librccl-tuner.so" in final
+    assert "NCCL_TUNER_CONFIG_FILE=" not in final.replace("# ", "")
+    assert "tuner-plugin-check.py final /opt/rccl-tuner/lib/librccl-tuner.so" in \
+        " ".join(final.split())
+    assert ":/opt/rccl-tuner/bin" in final
+    assert ("rccl-tuner", "toolchain + RCCL's example tuner plugin and its probe",
+            "tuner archive (url, sha256), interface adapter") in stage_plan(recipe)
+    data = manifest(plan)["rccl_tuner"]
+    assert data["source"] == {"url": TUNER.url, "sha256": SHA} and data["interface_adapter"]
+    context = build_context(plan, tmp_path / "ctx")
+    for name in ("tuner-plugin-check.py", "rccl-tuner-v4.c", "rccl-tuner-probe.c"):
+        assert name in context.files
+
+
+def test_without_the_adapter_the_example_is_built_as_it_is(rocm) -> None:
+    recipe, lock = rocm
+    recipe = replace(recipe, rccl_tuner=replace(TUNER, interface_adapter=False))
+    stage = parse_dockerfile(render_dockerfile(make_plan(recipe, lock)))["rccl-tuner"].text
+    assert "rccl-tuner-v4.c" not in stage and " plugin.c" in stage
+
+
+def test_images_without_a_tuner_set_nothing(rocm) -> None:
+    recipe, lock = rocm
+    text = render_dockerfile(make_plan(replace(recipe, rccl_tuner=RcclTuner(False)), lock))
+    assert "rccl-tuner" not in text and "NCCL_TUNER" not in text
+
+
+# --- the stage's sources, compiled and run ------------------------------------------------------
+
+def _cc(*args: str | Path) -> None:
+    subprocess.run(["gcc", "-O2", *map(str, args)], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The fixture's tuner as it is and with the adapter, the probe, and an ELF library that
+    looks up what RCCL 2.27.7 looks up (v4, v3, v2)."""
+    work = tmp_path_factory.mktemp("tuner")
+    with tarfile.open(fixtures_dir() / ARCHIVE) as archive:
+        archive.extractall(work, filter="data")
+    example = work / "rccl-ext-tuner" / "ext-tuner" / "example"
+    out = {"plain": work / "plain.so", "adapted": work / "adapted.so",
+           "probe": work / "rccl-tuner-probe", "rccl": work / "librccl.so"}
+    _cc("-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o", out["plain"],
+        example / "plugin.c")
+    _cc("-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o", out["adapted"],
+        TEMPLATES / "rccl-tuner-v4.c")
+    _cc("-o", out["probe"], TEMPLATES / "rccl-tuner-probe.c", "-ldl")
+    rccl = work / "rccl.c"
+    rccl.write_text('const char* tuners[] = {"ncclTunerPlugin_v4", "ncclTunerPlugin_v3", '
+                    '"ncclTunerPlugin_v2", "ncclNetPlugin_v10"};\n')
+    _cc("-fPIC", "-shared", "-o", out["rccl"], rccl)
+    return out
+
+
+def _check(library: Path, rccl: Path, record: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CHECK), "stage", str(library), "--rccl",
+                           str(rccl), "--record", str(record), *extra],
+                          check=False, capture_output=True, text=True)
+
+
+def test_the_example_as_it_is_fails_the_check(built, tmp_path: Path) -> None:
+    result = _check(built["plain"], built["rccl"], tmp_path / "r.json")
+    assert result.returncode == 1
+    assert ("looks up ncclTunerPlugin_v4, v3, v2; the tuner plain.so exports only v5: RCCL "
+            "would not load it") in result.stderr
+    assert "interface_adapter" in result.stderr and not (tmp_path / "r.json").exists()
+
+
+def test_the_adapted_example_passes_and_the_probe_calls_it(built, tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    result = _check(built["adapted"], built["rccl"], record, "--probe", str(built["probe"]))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(record.read_text())
+    assert data["rccl_looks_up"] == [4, 3, 2] and data["plugin_exports"] == [5, 4]
+    assert data["chosen"] == 4
+    assert data["probe"].endswith("model ring/simple -> chosen ring/simple channels default")
+
+
+def test_an_rccl_without_tuner_lookups_is_refused(built, tmp_path: Path) -> None:
+    source = tmp_path / "other.c"
+    source.write_text('const char* net[] = {"ncclNetPlugin_v10"};\n')
+    _cc("-fPIC", "-shared", "-o", tmp_path / "libother.so", source)
+    result = _check(built["adapted"], tmp_path / "libother.so", tmp_path / "r.json")
+    assert result.returncode == 1 and "no ncclTunerPlugin_v<N> lookup string" in result.stderr
+
+
+def _probe(built, config: Path | None, collective: str, size: int) -> str:
+    env = {"NCCL_TUNER_CONFIG_FILE": str(config or "/nonexistent")}
+    result = subprocess.run([str(built["probe"]), str(built["adapted"]), collective, str(size),
+                             "1", "8"], capture_output=True, text=True, env=env, check=True)
+    return result.stdout.split("-> chosen ")[1].split()[0]
+
+
+def test_a_tune_rccl_config_changes_the_choice_for_its_sizes_only(built, tmp_path: Path) -> None:
+    config = tmp_path / "nccl_tuner.conf"
+    config.write_text(tuner_config([
+        SweepPoint("allreduce", 65536, "ring", "ll", 9.5),
+        SweepPoint("allreduce", 65536, "tree", "ll128", 7.0),
+        SweepPoint("allreduce", 1048576, "tree", "simple", 80.0),
+        SweepPoint("allreduce", 1048576, "ring", "simple", 60.0)]))
+    sizes = (1000, 65536, 65537, 1048576, 1048577, 67108864)
+    before = [_probe(built, None, "allreduce", size) for size in sizes]
+    after = [_probe(built, config, "allreduce", size) for size in sizes]
+    assert before == ["tree/ll", "tree/ll128", "tree/ll128", "ring/simple", "ring/simple",
+                      "ring/simple"]
+    assert after == ["ring/ll", "ring/ll", "tree/simple", "tree/simple", "ring/simple",
+                     "ring/simple"]
+    # another collective is not named by the config
+    assert _probe(built, config, "allgather", 1000) == _probe(built, None, "allgather", 1000)
+
+
+def test_the_probe_refuses_a_tuner_without_v4(built) -> None:
+    result = subprocess.run([str(built["probe"]), str(built["plain"]), "allreduce", "8"],
+                            check=False, capture_output=True, text=True)
+    assert result.returncode == 1 and "exports no ncclTunerPlugin_v4" in result.stderr
+
+
+# --- a tuner configuration named by the recipe ---------------------------------------------------
+
+def test_a_recipe_config_is_copied_and_named_by_nccl_tuner_config_file(rocm,
+                                                                       tmp_path: Path) -> None:
+    recipe, lock = rocm
+    project = tmp_path / "project"
+    (project / "tuning").mkdir(parents=True)
+    config = tuner_config([SweepPoint("allreduce", 65536, "ring", "ll", 9.5, 1, 8)])
+    (project / "tuning" / "nccl_tuner.conf").write_text(config)
+    recipe = replace(recipe, rccl_tuner=replace(TUNER, config="tuning/nccl_tuner.conf"))
+    with chosen_project(project):
+        plan = make_plan(recipe, lock)
+        final = parse_dockerfile(render_dockerfile(plan))["final"].text
+        context = build_context(plan, tmp_path / "ctx")
+    assert "COPY rccl-tuner.conf /opt/rccl-tuner/nccl_tuner.conf" in final
+    assert "NCCL_TUNER_CONFIG_FILE=/opt/rccl-tuner/nccl_tuner.conf" in final
+    assert (context.directory / "rccl-tuner.conf").read_text() == config
+    assert manifest(plan)["rccl_tuner"]["config"] == "/opt/rccl-tuner/nccl_tuner.conf"
+    with chosen_project(project), pytest.raises(
+            RenderError, match="env.NCCL_TUNER_CONFIG_FILE: set by imagebuild itself"):
+        make_plan(replace(recipe, env=(("NCCL_TUNER_CONFIG_FILE", "/x.conf"),)), lock)
+
+
+def test_a_missing_config_is_refused_naming_the_key(rocm, tmp_path: Path) -> None:
+    recipe, lock = rocm
+    recipe = replace(recipe, rccl_tuner=replace(TUNER, config="tuning/nccl_tuner.conf"))
+    with chosen_project(tmp_path), pytest.raises(RenderError) as caught:
+        make_plan(recipe, lock)
+    assert (f"rccl_tuner.config: {tmp_path / 'tuning' / 'nccl_tuner.conf'} is not a file"
+            in str(caught.value))
+    assert "imagebuild tune rccl --sweep-results" in str(caught.value)
+
+
+def test_the_config_key_is_a_relative_path(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="rccl_tuner.config"):
+        load_recipe(str(_recipe(tmp_path, SECTION + "  config: ../etc/passwd\n")))
+    assert load_recipe(str(_recipe(tmp_path, SECTION + "  config: t/a.conf\n"))).rccl_tuner.config \
+        == "t/a.conf"
