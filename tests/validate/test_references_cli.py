@@ -55,3 +55,26 @@ def test_a_bad_references_file_is_an_error_naming_file_and_key(tmp_path: Path) -
             "lower must be null or a fraction of the value <= 0") in proc.stderr
     assert "hint:" in proc.stderr
     assert not (project / "r.json").exists()
+
+
+def test_an_sbatch_job_reads_json_references_and_appends_the_history_itself(
+        tmp_path: Path) -> None:
+    """The job runs on compute nodes: it gets absolute paths on the shared file system."""
+    (tmp_path / "refs.json").write_text(json.dumps(
+        {"system": "ci-node", "gpus": {"cpu": {"train.mfu": [0.1, -0.5, None, None]}}}))
+    proc = run_imagebuild("validate", "--local", "--launcher", "sbatch", "--gpus", "none",
+                          "--nodes", "1", "--socket-ifname", "lo", "--allow-cpu", "--checks",
+                          "collectives", "--references", "refs.json", "--history", "h.jsonl",
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [script] = tmp_path.glob("*.sbatch")
+    text = script.read_text()
+    assert f"--references {tmp_path / 'refs.json'}" in text
+    assert f"--history {tmp_path / 'h.jsonl'}" in text
+    (tmp_path / "p").mkdir()
+    project = _project(tmp_path / "p", REFERENCES)
+    yaml_refs = run_imagebuild("validate", "--local", "--launcher", "sbatch", "--gpus", "none",
+                               "--nodes", "1", "--site", "ci-node", "--checks", "collectives",
+                               cwd=project)
+    assert yaml_refs.returncode == 2
+    assert "the in-image runner reads JSON references" in yaml_refs.stderr
