@@ -3,7 +3,8 @@ reasons were while the figure was measured.
 
 A figure 20 % low is explained by a GPU that ran at 1.4 instead of 2.0 GHz because it hit
 its power cap; without this the report could only say it was low. A thread samples this
-rank's GPU every half second while a check runs, through what the image has:
+rank's GPU every half second (rocm-smi: every 2 s) while a check runs, through what the
+image has:
 - NVIDIA: NVML through nvidia-ml-py (``import pynvml``): SM and memory clocks, power,
   temperature and the clock event (throttle) reasons bitmask
   (https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html);
@@ -23,6 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 INTERVAL_S = 0.5
+#: rocm-smi is a Python program started per sample: less often, so that eight ranks'
+#: samplers do not take the cores the checks are timing.
+ROCM_SMI_INTERVAL_S = 2.0
 
 #: NVML clock event reasons (nvml.h, nvmlClocksEventReason*), by bit.
 NVML_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
@@ -40,11 +44,14 @@ def _nvml_reader(pci_bus_id: str | None, index: int) -> tuple[Callable[[], dict[
     pynvml = importlib.import_module("pynvml")
     pynvml.nvmlInit()
     handle = None
-    if pci_bus_id:
+    # By PCI address: NVML counts GPUs ignoring CUDA_VISIBLE_DEVICES, torch within it. Some
+    # nvidia-ml-py releases take str, older ones bytes.
+    for bus_id in ((pci_bus_id, pci_bus_id.encode()) if pci_bus_id else ()):
         try:
-            handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
-        except pynvml.NVMLError:
-            handle = None
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+            break
+        except Exception:  # noqa: BLE001, S112 - NVMLError or a type the release refuses
+            continue
     if handle is None:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
@@ -125,9 +132,12 @@ def open_reader(vendor: str, index: int, pci_bus_id: str | None
 class Sampler:
     """Samples ``read`` every INTERVAL_S in a thread between start() and stop()."""
 
-    def __init__(self, read: Callable[[], dict[str, Any]], source: str):
+    def __init__(self, read: Callable[[], dict[str, Any]], source: str,
+                 interval_s: float | None = None):
         self.read = read
         self.source = source
+        self.interval_s = interval_s or (ROCM_SMI_INTERVAL_S if source == "rocm-smi"
+                                         else INTERVAL_S)
         self.samples: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -140,7 +150,7 @@ class Sampler:
             except Exception as exc:  # noqa: BLE001 - one failed sample is recorded
                 if len(self.errors) < 3:
                     self.errors.append(f"{type(exc).__name__}: {exc}"[:160])
-            self._stop.wait(INTERVAL_S)
+            self._stop.wait(self.interval_s)
 
     def start(self) -> Sampler:
         self._thread.start()
@@ -149,13 +159,13 @@ class Sampler:
     def stop(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=15)
-        return summarize(self.samples, self.source, self.errors)
+        return summarize(self.samples, self.source, self.errors, self.interval_s)
 
 
-def summarize(samples: list[dict[str, Any]], source: str,
-              errors: list[str] | None = None) -> dict[str, Any]:
+def summarize(samples: list[dict[str, Any]], source: str, errors: list[str] | None = None,
+              interval_s: float = INTERVAL_S) -> dict[str, Any]:
     summary: dict[str, Any] = {"source": source, "samples": len(samples),
-                               "interval_s": INTERVAL_S}
+                               "interval_s": interval_s}
     for key in ("sm_clock_mhz", "memory_clock_mhz", "power_w", "temperature_c"):
         values = sorted(float(s[key]) for s in samples if isinstance(s.get(key), (int, float)))
         if values:

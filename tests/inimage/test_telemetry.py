@@ -67,3 +67,34 @@ def test_a_cpu_run_says_telemetry_was_not_available(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["telemetry"] == "not available: CPU mode, no GPU to read"
+
+
+def test_the_nvml_reader_finds_the_gpu_by_pci_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the seam: a stand-in for nvidia-ml-py that, like older releases, takes bytes."""
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    calls: list[object] = []
+
+    def by_bus(bus_id: object) -> str:
+        calls.append(bus_id)
+        if not isinstance(bus_id, bytes):
+            raise TypeError("bytes expected")
+        return "handle"
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None, nvmlDeviceGetHandleByPciBusId=by_bus,
+        nvmlDeviceGetHandleByIndex=lambda i: pytest.fail("found by index, not PCI address"),
+        nvmlDeviceGetClockInfo=lambda h, kind: 1980 if kind == 0 else 2619,
+        nvmlDeviceGetPowerUsage=lambda h: 650_000,
+        nvmlDeviceGetTemperature=lambda h, kind: 61,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    read, source = open_reader("nvidia", 3, "0000:c1:00.0")
+    assert read is not None and source == "NVML (nvidia-ml-py)"
+    assert calls == ["0000:c1:00.0", b"0000:c1:00.0"]
+    assert read() == {"sm_clock_mhz": 1980, "memory_clock_mhz": 2619, "power_w": 650.0,
+                      "temperature_c": 61, "reasons": ["sw_power_cap"]}
