@@ -18,6 +18,7 @@ from typing import Any
 
 from imagebuild.errors import ValidateError
 from imagebuild.inimage.gpu_data import UsageError, load_gpu_data, validate_thresholds
+from imagebuild.inimage.history import append_history, history_record
 from imagebuild.inimage.options import add_arguments
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.site import SiteProfile, load_site
@@ -32,6 +33,7 @@ from imagebuild.validate.invocation import (
     staged_checks,
 )
 from imagebuild.validate.launch_sbatch import GPU_SELECTIONS, SbatchSpec
+from imagebuild.validate.references_input import references_for_run
 from imagebuild.validate.site_defaults import SiteDefaults, expand_refs, present_binds, resolve
 from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
@@ -41,7 +43,7 @@ _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", 
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
                "distribution", "exclusive",
-               "bind_host_rocm", "tuning", "doctor"}
+               "bind_host_rocm", "tuning", "doctor", "references", "history"}
 
 
 def register(subparsers: Any) -> None:
@@ -180,6 +182,7 @@ def runner_values(args: argparse.Namespace, defaults: SiteDefaults, launcher: st
     values = dict(vars(args))
     values["expect_net_provider"] = defaults.expect_net_provider.value
     values["expect_binding"] = bool(args.expect_binding) or defaults.expect_binding(launcher)
+    values["system"] = args.system or defaults.site
     return values
 
 
@@ -250,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
     if args.doctor and not run_doctor_first(args, target, gpus, launcher, defaults):
         return 1
     thresholds = load_thresholds(args.thresholds)
+    references = references_for_run(args.references, load_site(args.site, project_dir())
+                                    if args.site else None, project_dir())
     runner_args = iter_runner_flags(runner_values(args, defaults, launcher), _runner_actions())
     # validate/ takes the bundle as plain flags, binds and environment; tune/ makes them.
     tuning = tuning_launch(Path(args.tuning), target.recipe, container) if args.tuning else None
@@ -261,8 +266,17 @@ def run(args: argparse.Namespace) -> int:
                 raise ValidateError("--launcher sbatch: the in-image runner reads JSON "
                                     "thresholds; give a .json file")
             runner_args += ["--thresholds", str(Path(args.thresholds).resolve())]
+        if references:
+            if references[1].suffix != ".json":
+                raise ValidateError(f"--launcher sbatch: the in-image runner reads JSON "
+                                    f"references; {references[1]} is not a .json file",
+                                    hint="convert it and pass --references FILE.json")
+            runner_args += ["--references", str(references[1].resolve())]
+        if args.history:  # the job appends on the cluster's shared file system
+            runner_args += ["--history", str(Path(args.history).resolve())]
     else:
-        inputs_dir, extra = prepare_inputs(thresholds, container)
+        inputs_dir, extra = prepare_inputs(thresholds, container,
+                                           references[0] if references else None)
         runner_args += extra
     out = Console()
     err = Console(stderr=True)
@@ -304,4 +318,12 @@ def run(args: argparse.Namespace) -> int:
     assert outcome.report is not None  # only an sbatch run (returned above) has none
     print_results(out, outcome.report)
     out.print(f"report: {outcome.report_path}")
+    if args.history:
+        try:
+            written = append_history(args.history, history_record(outcome.report, None))
+        except OSError as exc:
+            raise ValidateError(f"{args.history}: cannot append to the history "
+                                f"({exc.strerror})", hint="--history names a file this user "
+                                "can write") from exc
+        out.print(f"history: {written}")
     return outcome.exit_code

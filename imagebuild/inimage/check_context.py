@@ -40,6 +40,7 @@ class Context:
     gpu_match: GpuMatch | None = None
     peak_tflops: float | None = None
     peak_source: str = ""
+    partition: dict[str, Any] | None = None  # when the device is a partition of a GPU
     thresholds: dict[str, float] = field(default_factory=dict)
     manifest: dict[str, Any] | None = None
     manifest_path: str = ""

@@ -23,20 +23,25 @@ import tempfile
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from . import CHECK_MODULES, CHECK_NAMES
+from .fingerprint import fingerprint
 from .gpu_data import (
     UsageError,
+    device_peak,
     effective_thresholds,
     load_gpu_data,
     load_threshold_file,
     match_gpu,
 )
+from .history import append_history, history_record
 from .image_manifest import load_manifest
 from .job_rank import Launch, detect_launch, free_port, single_process
 from .options import check_consistency, manifest_path, parse, selected_checks
+from .references import judge_against_references, load_references, relaxed_thresholds
 from .result import CheckResult, failed, merge_ranks
 from .run_report import (
     EVENT_PREFIX,
@@ -48,6 +53,8 @@ from .run_report import (
     verdict_line,
     write_report,
 )
+from .stragglers import CPU_MARGIN, GPU_MARGIN, judge_stragglers
+from .telemetry import Sampler, open_reader
 
 #: Checks that need more than one rank to mean anything (the runner then starts two
 #: processes in CPU mode).
@@ -70,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_consistency(options)
         gpu_data = load_gpu_data(options.gpu_data)
         overrides = load_threshold_file(options.thresholds, gpu_data) if options.thresholds else {}
+        if options.references:
+            load_references(options.references)  # a bad file stops here, before any rank
         launch = detect_launch(os.environ)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -228,9 +237,13 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     if options.peak_tflops:
         ctx.peak_tflops, ctx.peak_source = float(options.peak_tflops), "--peak-tflops"
     elif ctx.gpu_match and ctx.gpu_match.model:
-        ctx.peak_tflops = ctx.gpu_match.model.peak_bf16_dense_tflops
-        ctx.peak_source = f"{model} in {gpu_data.get('_path')} (matched by {ctx.gpu_match.how})"
+        peak = device_peak(ctx.gpu_match.model, ctx.gpu.multiprocessors if ctx.gpu else None)
+        ctx.peak_tflops, ctx.partition = peak.tflops, peak.partition
+        ctx.peak_source = (f"{model} in {gpu_data.get('_path')} (matched by "
+                           f"{ctx.gpu_match.how}): {peak.source}")
     ctx.thresholds = effective_thresholds(gpu_data, model, overrides)
+    references = load_references(options.references) if options.references else None
+    mine = references.for_gpu(model, cpu=not gpu) if references else {}
     ctx.manifest_path = manifest_path(options)
     ctx.manifest, ctx.manifest_problem = load_manifest(ctx.manifest_path)
 
@@ -239,17 +252,29 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
                  **(ctx.gpu.to_dict() if ctx.gpu else {})}
     ranks = ctx.all_gather_object(rank_info)
 
+    margin = options.straggler_margin or (GPU_MARGIN if gpu else CPU_MARGIN)
+    if gpu and ctx.gpu is not None:
+        reader, telemetry_source = open_reader(ctx.gpu.vendor, ctx.gpu.index,
+                                               ctx.gpu.pci_bus_id)
+    else:
+        reader, telemetry_source = None, "not available: CPU mode, no GPU to read"
     names = selected_checks(options)
     progress = Progress(options.events, enabled=ctx.rank == 0)
     progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
                   host=ctx.host)
     results: list[CheckResult] = []
-    facts = _run_facts(options, ctx, ranks) if ctx.rank == 0 else {}
+    facts = _run_facts(options, ctx, ranks, references, mine) if ctx.rank == 0 else {}
+    if ctx.rank == 0:
+        facts["telemetry"] = telemetry_source
     destination = _destination(options, ctx, started)
     for index, name in enumerate(names, start=1):
         progress.emit("check_started", name=name, index=index, total=len(names))
         module = importlib.import_module(f".checks.{CHECK_MODULES.get(name, name)}", __package__)
+        sampler = Sampler(reader, telemetry_source).start() if reader else None
         begin = time.perf_counter()
+        floors = ctx.thresholds
+        # A figure the system's references cover is judged against them, not the floor.
+        ctx.thresholds = relaxed_thresholds(name, floors, mine)
         try:
             result = module.run(ctx)
         except Exception as exc:  # noqa: BLE001 - a broken check is a failed result
@@ -257,9 +282,19 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
             first = str(exc).splitlines()[0] if str(exc) else ""
             result = failed(name, f"error: {type(exc).__name__}: {first}"[:300], details=tail)
         result = result.with_duration(time.perf_counter() - begin)
+        local_telemetry = sampler.stop() if sampler else None
         gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
         merge = getattr(module, "merge", None)
         merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
+        ctx.thresholds = floors
+        merged = judge_against_references(merged, mine, floors,
+                                          references.system if references else None, gpu)
+        merged = judge_stragglers(merged, ranks, margin)
+        if gpu:  # beside the figure they explain: every rank's GPU during this check
+            telemetry = ctx.all_gather_object(local_telemetry, tag=f"telemetry:{name}")
+            merged = replace(merged, figures={**merged.figures, "telemetry": [
+                {"rank": rank, **(t or {"source": telemetry_source})}
+                for rank, t in enumerate(telemetry)]})
         results.append(merged)
         progress.emit("check_finished", result=merged.to_dict())
         if ctx.rank == 0 and destination is not None and index < len(names):
@@ -271,6 +306,8 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
 
     code = exit_code(results, options.allow_cpu)
     if ctx.rank == 0:
+        # After the checks: RCCL/NCCL, the plugins and the GEMM libraries are loaded by now.
+        facts["fingerprint"] = fingerprint()
         code = _finish(options, facts, results, started, destination)
     code = ctx.all_gather_object(code)[0]
     # Drop what still holds the process groups (a train check's FSDP mesh, collectives'
@@ -299,7 +336,8 @@ def _gather_results(ctx: Any, name: str, result: CheckResult) -> list[dict[str, 
     raise RanksOutOfStep(f"ranks could not agree on the results of {name}")
 
 
-def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]], references: Any,
+               mine: dict[str, Any]) -> dict[str, Any]:
     """What the report says about the run, besides the checks (gathered once, rank 0)."""
     from .checks.environment import installed_versions
 
@@ -321,9 +359,15 @@ def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]]) -> dict[str,
         "gpu_model": ctx.gpu_model,
         "peak_bf16_tflops": ctx.peak_tflops,
         "peak_source": ctx.peak_source or None,
+        "partition": ctx.partition,
         "gpus": [r for r in ranks if r.get("name")],
         "ranks": ranks,
         "thresholds": ctx.thresholds,
+        "system": (options.system or (references.system if references else None)
+                   or ctx.host),
+        "references": ({"system": references.system, "source": references.source,
+                        "figures": {k: r.to_list() for k, r in sorted(mine.items())}}
+                       if references else None),
         "options": {key: value for key, value in sorted(vars(options).items())
                     if key not in ("events",)},
     }
@@ -358,6 +402,13 @@ def _finish(options: Any, facts: dict[str, Any], results: list[CheckResult],
                           run={**facts, "complete": True, "checks_pending": []},
                           allow_cpu=options.allow_cpu)
     code = report["summary"]["exit_code"]
+    if options.history:
+        try:
+            append_history(options.history, history_record(report, report.get("system")))
+        except OSError as exc:
+            print(f"error: cannot append to history {options.history}: {exc.strerror}",
+                  file=sys.stderr)
+            code = 2
     written = None
     if destination is not None:
         try:

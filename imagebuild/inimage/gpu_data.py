@@ -31,6 +31,46 @@ class GpuModel:
     arch: str
     peak_bf16_dense_tflops: float
     source: str
+    compute_units: int | None = None  # of the whole device (CUs on AMD, SMs on NVIDIA)
+    llc_mib: float | None = None  # last-level cache: Infinity Cache on CDNA 3/4, else L2
+    cache_source: str = ""
+
+
+#: AMD's names for a device split into n compute partitions (amd-smi's accelerator
+#: partition modes: https://rocm.docs.amd.com/projects/amdsmi/en/latest/conceptual/partition.html).
+AMD_PARTITION_MODES = {1: "SPX", 2: "DPX", 3: "TPX", 4: "QPX", 6: "6-way", 8: "CPX"}
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """The bf16 peak of what torch sees: the table's device peak, scaled down when torch
+    reports fewer compute units than the whole device has (a partition or MIG slice)."""
+
+    tflops: float
+    source: str
+    partition: dict[str, Any] | None = None
+
+
+def device_peak(model: GpuModel, multiprocessors: int | None) -> DevicePeak:
+    """``model``'s peak for a device reporting ``multiprocessors`` CUs/SMs.
+
+    MI300X in CPX mode shows each of its 8 XCDs as a device of 38 of its 304 CUs, MI300A
+    in TPX mode 76 of 228: each does that share of the device's work per clock, so its
+    peak is that share of the device's. Without the CU count (or the table's) the whole
+    device's peak stands.
+    """
+    full = model.compute_units
+    if not full or not multiprocessors or multiprocessors >= full:
+        return DevicePeak(model.peak_bf16_dense_tflops, model.source)
+    share = multiprocessors / full
+    ways = round(full / multiprocessors)
+    mode = (AMD_PARTITION_MODES.get(ways, f"{ways}-way") if model.vendor == "amd"
+            else "MIG slice")
+    tflops = round(model.peak_bf16_dense_tflops * share, 1)
+    partition = {"mode": mode, "compute_units": multiprocessors, "device_compute_units": full,
+                 "share": round(share, 4), "device_peak_tflops": model.peak_bf16_dense_tflops}
+    return DevicePeak(tflops, f"{model.source}; {mode} partition: {multiprocessors} of "
+                      f"{full} compute units -> {tflops:g} TFLOP/s", partition)
 
 
 @dataclass(frozen=True)
@@ -85,8 +125,11 @@ def model_names(data: Mapping[str, Any]) -> list[str]:
 def _model(data: Mapping[str, Any], name: str) -> GpuModel | None:
     for entry in data["gpus"]:
         if entry["model"] == name:
+            llc = entry.get("llc_mib")
             return GpuModel(entry["model"], entry["vendor"], entry["arch"],
-                            float(entry["peak_bf16_dense_tflops"]), entry.get("source", ""))
+                            float(entry["peak_bf16_dense_tflops"]), entry.get("source", ""),
+                            entry.get("compute_units"), float(llc) if llc else None,
+                            entry.get("cache_source", ""))
     return None
 
 

@@ -63,6 +63,25 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                         f"or {DEFAULT_MANIFEST})")
     g.add_argument("--thresholds", default=None, metavar="FILE",
                    help="threshold overrides (JSON; the host CLI also reads YAML)")
+    g.add_argument("--references", default=None, metavar="FILE",
+                   help="this system's expected figures with tolerances (JSON: system, gpus: "
+                        "{model: {check.figure: [value, lower, upper, unit]}}); a figure "
+                        "with a reference is judged against it instead of the generic floor")
+    g.add_argument("--history", default=None, metavar="FILE",
+                   help="append this run's key figures, image identity and configuration to "
+                        "FILE (JSON lines, one file per system); imagebuild report --history "
+                        "FILE shows them over time")
+    g.add_argument("--system", default=None, metavar="NAME",
+                   help="the system's name in the report and history (default: the "
+                        "references' system, else the host)")
+    g.add_argument("--straggler-margin", type=float, default=None, metavar="FRACTION",
+                   help="a rank whose per-rank figure (GEMM, attention, hipBLASLt TFLOP/s) is "
+                        "more than FRACTION below the median of its peers is named and fails "
+                        "the check (default 0.10 on GPUs, 0.5 in CPU mode, whose ranks share "
+                        "cores with the rest of the host)")
+    g.add_argument("--cpu-gemm", action="store_true",
+                   help="in CPU mode, run the gemm check on the CPU proxy model's GEMMs in "
+                        "float32 (per rank, no threshold) instead of skipping it")
     g.add_argument("--peak-tflops", type=float, default=None, metavar="X",
                    help="bf16 dense peak TFLOP/s per device, instead of the GPU table")
     g.add_argument("--gpu-data", default=None, metavar="PATH",
@@ -185,5 +204,9 @@ def check_consistency(options: argparse.Namespace) -> None:
             read_gemm_problems(options.gemm_problems)
         except ValueError as exc:
             raise UsageError(f"--gemm-problems: {exc}") from None
+    margin = getattr(options, "straggler_margin", None)
+    if margin is not None and not 0 < margin < 1:
+        raise UsageError(f"--straggler-margin {margin}: expected a fraction between 0 and 1, "
+                         "like 0.1 for 10 %")
     if options.peak_tflops is not None and options.peak_tflops <= 0:
         raise UsageError(f"--peak-tflops {options.peak_tflops}: expected a positive number")

@@ -37,7 +37,7 @@ _MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
 _ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
 
 _TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric",
-             "container", "network", "slurm", "apptainer"}
+             "container", "network", "slurm", "apptainer", "references"}
 _LIBFABRIC_KEYS = {"provided_by", "version", "library_dir"}
 _RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _EDF_KEYS = {"image_dir", "workdir", "writable", "mounts", "env", "annotations",
@@ -97,6 +97,9 @@ class SiteProfile:
     #: How a SLURM job binds its ranks here (imagebuild validate --launcher sbatch).
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     apptainer: ApptainerSettings = field(default_factory=ApptainerSettings)
+    #: The file of this system's expected figures (validate --references), as written:
+    #: relative to the profile's directory unless absolute.
+    references: str | None = None
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -136,6 +139,13 @@ def load_site(name: str, project: Path | None = None) -> SiteProfile:
                           + (f"; did you mean {hint[0]!r}?" if hint else "")
                           + f" (known: {', '.join(names) or 'none'})")
     return parse_site(shipped.read_bytes(), f"imagebuild/data/sites/{name}.yaml")
+
+
+def site_directory(site: SiteProfile, project: Path | None = None) -> Path:
+    """The directory a profile was read from (its relative file names start there)."""
+    if site.source.startswith("sites/") and project is not None:
+        return project / "sites"
+    return Path(str(_shipped_sites()))
 
 
 def _lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
@@ -268,6 +278,7 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         network=launch.network,
         slurm=launch.slurm,
         apptainer=launch.apptainer,
+        references=text("references", raw.get("references"), required=False) or None,
     )
     problems += [p for p in shape if not any(_related(p.key, q.key) for q in problems)]
     if problems:

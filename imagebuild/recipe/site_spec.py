@@ -99,6 +99,10 @@ SITE = Obj(
                                             minimum=1)),
             }),
         }),
+        "references": Str("a YAML or JSON file of this system's expected figures for "
+                          "imagebuild validate (system, gpus: {model: {check.figure: [value, "
+                          "lower, upper, unit]}}), relative to this profile", free_text=True,
+                          nullable=True),
         "libfabric": Obj(nullable=True, required=("provided_by",), fields={
             "provided_by": Str("site (the site binds its own libfabric) or image",
                                enum=("site", "image")),

@@ -55,15 +55,27 @@ def _percent(name: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
     return get
 
 
-def _fsdp(op: str, size: int) -> Callable[[Mapping[str, Any]], Any]:
-    return _figure("collectives", "fsdp_sizes", f"{op}_{size}")
+#: Where reports keep the Megatron bucket sizes' busbw: the current key, then the name
+#: older reports used for the same figures.
+MEGATRON_KEYS = ("megatron_bucket_sizes", "fsdp_sizes")
 
 
-def _fsdp2_block(op: str) -> Callable[[Mapping[str, Any]], Any]:
-    """busbw of the train step's own FSDP2 per-block collective."""
+def _megatron_bucket(op: str, size: int) -> Callable[[Mapping[str, Any]], Any]:
+    def get(report: Mapping[str, Any]) -> Any:
+        for key in MEGATRON_KEYS:
+            value = _figure("collectives", key, f"{op}_{size}")(report)
+            if value is not None:
+                return value
+        return None
+    return get
+
+
+def _fsdp2_group(op: str, group: str) -> Callable[[Mapping[str, Any]], Any]:
+    """busbw of the train step's own FSDP2 collective of ``group`` ("per block" or
+    "root group")."""
     def get(report: Mapping[str, Any]) -> Any:
         for row in _figure("collectives", "training_sizes")(report) or []:
-            if row.get("op") == op and str(row.get("source", "")).startswith("FSDP2"):
+            if row.get("op") == op and str(row.get("source", "")).startswith(f"FSDP2 {group}"):
                 return row.get("busbw_gbps")
         return None
     return get
@@ -98,15 +110,21 @@ KEY_FIGURES: tuple[KeyFigure, ...] = (
     KeyFigure("attention bwd/fwd time", "x", _figure("attention", "bwd_fwd_time_ratio")),
     KeyFigure("all_reduce busbw", "GB/s", _figure("collectives", "busbw_gbps_at_largest",
                                                   "all_reduce")),
-    KeyFigure("FSDP2 block all_gather (bf16)", "GB/s", _fsdp2_block("all_gather")),
-    KeyFigure("FSDP2 block reduce_scatter (fp32)", "GB/s", _fsdp2_block("reduce_scatter")),
-    KeyFigure("all_gather 151003136 B", "GB/s", _fsdp("all_gather", 151003136)),
-    KeyFigure("reduce_scatter 302006272 B", "GB/s", _fsdp("reduce_scatter", 302006272)),
+    KeyFigure("FSDP2 block all_gather (bf16)", "GB/s", _fsdp2_group("all_gather", "per block")),
+    KeyFigure("FSDP2 block reduce_scatter (fp32)", "GB/s",
+              _fsdp2_group("reduce_scatter", "per block")),
+    KeyFigure("FSDP2 root all_gather (bf16)", "GB/s", _fsdp2_group("all_gather", "root group")),
+    KeyFigure("FSDP2 root reduce_scatter (fp32)", "GB/s",
+              _fsdp2_group("reduce_scatter", "root group")),
+    KeyFigure("all_gather 151003136 B", "GB/s", _megatron_bucket("all_gather", 151003136)),
+    KeyFigure("reduce_scatter 302006272 B", "GB/s",
+              _megatron_bucket("reduce_scatter", 302006272)),
     KeyFigure("network", "", _figure("network", "network"), plot=False),
     KeyFigure("train configuration", "", _train_setup_text, plot=False),
     KeyFigure(TOKENS_PER_S, "tokens/s", _figure("train", "tokens_per_s_per_gpu")),
     KeyFigure("train TFLOP/s/GPU", "TFLOP/s", _figure("train", "tflops_per_gpu")),
-    KeyFigure("train MFU", "%", _percent("train", "mfu")),
+    KeyFigure("train MFU (model FLOPs)", "%", _percent("train", "mfu")),
+    KeyFigure("train HFU (with recompute)", "%", _percent("train", "hfu")),
     KeyFigure("train peak memory", "GiB", _figure("train", "peak_memory_gib")),
 )
 

@@ -102,17 +102,23 @@ def container_mounts(invocation: Invocation) -> list[Bind]:
     return mounts
 
 
-def prepare_inputs(thresholds: Mapping[str, Any] | None, container: bool) -> tuple[Path | None, list[str]]:
-    """Write converted thresholds to a temporary directory; return it and the runner flags
-    that point at it (inside a container: its mount point)."""
-    if not thresholds:
+def prepare_inputs(thresholds: Mapping[str, Any] | None, container: bool,
+                   references: Mapping[str, Any] | None = None) -> tuple[Path | None, list[str]]:
+    """Write converted thresholds and references to a temporary directory; return it and
+    the runner flags that point at it (inside a container: its mount point)."""
+    inputs = {name: data for name, data in (("thresholds", thresholds),
+                                            ("references", references)) if data}
+    if not inputs:
         return None, []
     directory = Path(tempfile.mkdtemp(prefix="imagebuild-validate-inputs-"))
-    (directory / "thresholds.json").write_text(json.dumps(thresholds, indent=2))
     directory.chmod(0o755)
-    (directory / "thresholds.json").chmod(0o644)
     where = CONTAINER_INPUTS if container else str(directory)
-    return directory, ["--thresholds", f"{where}/thresholds.json"]
+    flags: list[str] = []
+    for name, data in inputs.items():
+        (directory / f"{name}.json").write_text(json.dumps(data, indent=2))
+        (directory / f"{name}.json").chmod(0o644)
+        flags += [f"--{name}", f"{where}/{name}.json"]
+    return directory, flags
 
 
 def staged_checks() -> Path:

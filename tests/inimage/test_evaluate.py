@@ -7,6 +7,7 @@ import pytest
 
 from imagebuild.inimage.checks import attention, collectives, gemm, train
 from imagebuild.inimage.gpu_data import effective_thresholds, load_gpu_data
+from imagebuild.inimage.model.workload import megatron_collectives
 from imagebuild.inimage.result import (
     FAILED,
     INCOMPLETE,
@@ -117,9 +118,13 @@ def test_busbw_formulas_follow_nccl_tests() -> None:
 
 
 def _rows(busbw: float) -> list[dict]:
-    return [{"op": op, "bytes": 302006272, "requested_bytes": 302006272, "seconds": 0.01,
-             "iters": 20, "algbw_gbps": busbw, "busbw_gbps": busbw}
-            for op in collectives.OPS]
+    sweep = [{"op": op, "bytes": 2**30, "requested_bytes": 2**30, "seconds": 0.01,
+              "iters": 20, "algbw_gbps": busbw, "busbw_gbps": busbw, "source": "size sweep"}
+             for op in collectives.OPS]
+    megatron = [{"op": c.op, "bytes": c.bytes, "requested_bytes": c.bytes, "seconds": 0.01,
+                 "iters": 20, "algbw_gbps": busbw, "busbw_gbps": busbw, "dtype": c.dtype,
+                 "source": c.source} for c in megatron_collectives()]
+    return sweep + megatron
 
 
 def test_collectives_thresholds_depend_on_node_count() -> None:
@@ -128,7 +133,21 @@ def test_collectives_thresholds_depend_on_node_count() -> None:
     assert "all_reduce busbw 60.0 GB/s, expected >= 150.0 GB/s" in single.reason
     multi = collectives.evaluate(_rows(60.0), 16, 2, "gpu", THRESHOLDS, "nccl")
     assert multi.status == PASSED, multi.reason
-    assert multi.figures["fsdp_sizes"]["reduce_scatter_302006272"] == 60.0
+    # the Megatron sizes under a key that says so (it was "fsdp_sizes", which they are not)
+    assert multi.figures["megatron_bucket_sizes"]["reduce_scatter_302006272"] == 60.0
+    assert "fsdp_sizes" not in multi.figures
+
+
+def test_gpu_measurements_include_the_root_group_and_fp32_megatron_reduce_scatter() -> None:
+    wanted = collectives.measurements(True, [2**20], 12)
+    root = [c for c in wanted if c.source.startswith("FSDP2 root group")]
+    assert [(c.op, c.dtype) for c in root] == [("all_gather", "bfloat16"),
+                                               ("reduce_scatter", "float32")]
+    assert root[1].bytes == 4 * (2 * 128256 * 4096 + 4104)  # norm padded for 12 ranks
+    assert root[1].bytes > 2**30 and root[0].bytes > 2**30  # beyond the sweep's 1 GiB
+    megatron = [c for c in wanted if "Megatron" in c.source]
+    assert {(c.op, c.dtype) for c in megatron} == {("all_gather", "bfloat16"),
+                                                    ("reduce_scatter", "float32")}
 
 
 def _train_figures(losses: list[float], tokens_per_s: float = 5000.0) -> dict:
@@ -140,6 +159,15 @@ def _train_figures(losses: list[float], tokens_per_s: float = 5000.0) -> dict:
             "loss_first": losses[0], "loss_last": losses[-1],
             "tokens_per_s_per_gpu": tokens_per_s, "flops_per_token": flops,
             "tflops_per_gpu": tokens_per_s * flops / 1e12}
+
+
+def test_train_reports_mfu_with_its_convention_and_hfu_beside_it() -> None:
+    figures = _train_figures([12.0, 11.0], tokens_per_s=5000)
+    figures["hardware_tflops_per_gpu"] = figures["tflops_per_gpu"] * 1.3
+    result = train.evaluate(figures, [[12.0, 11.0]], 989.0, THRESHOLDS, gpu=True)
+    assert result.figures["hfu"] == pytest.approx(result.figures["mfu"] * 1.3, abs=1e-4)
+    assert "(model FLOPs, recompute not counted)" in result.reason
+    assert f"HFU {result.figures['hfu']:.1%} (with recompute)" in result.reason
 
 
 def test_train_low_mfu_fails_with_numbers() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from imagebuild.inimage.gpu_data import (
     UsageError,
+    device_peak,
     effective_thresholds,
     load_gpu_data,
     load_threshold_file,
@@ -93,3 +94,47 @@ def test_threshold_file_errors_name_the_key(tmp_path: Path) -> None:
     yaml_file.write_text("train_min_mfu: 0.3\n")
     with pytest.raises(UsageError, match="reads JSON"):
         load_threshold_file(yaml_file, DATA)
+
+
+@pytest.mark.parametrize(("name", "arch", "memory", "cus", "mode", "peak"), [
+    # MI300X in CPX mode: each of the 8 XCDs (38 of 304 CUs) is a device of its own
+    ("AMD Instinct MI300X", "gfx942", 24, 38, "CPX", round(1307.4 / 8, 1)),
+    # MI300A in TPX mode: 3 partitions of 2 XCDs, 76 of 228 CUs
+    ("AMD Instinct MI300A", "gfx942", 40, 76, "TPX", round(980.6 / 3, 1)),
+    # A MIG slice of an H100: 16 of its 132 SMs
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "sm_90", 10, 16, "MIG slice",
+     round(989.0 * 16 / 132, 1)),
+])
+def test_a_partition_gets_its_share_of_the_device_peak(name: str, arch: str, memory: float,
+                                                        cus: int, mode: str,
+                                                        peak: float) -> None:
+    match = match_gpu(DATA, name, arch, memory)
+    assert match.model is not None
+    result = device_peak(match.model, cus)
+    assert result.tflops == peak
+    assert result.partition is not None and result.partition["mode"] == mode
+    assert f"{cus} of {match.model.compute_units} compute units" in result.source
+
+
+@pytest.mark.parametrize("cus", [304, None, 0])
+def test_the_whole_device_or_an_unknown_cu_count_keeps_the_device_peak(cus: int | None) -> None:
+    model = match_gpu(DATA, "AMD Instinct MI300X", "gfx942", 192).model
+    assert model is not None
+    result = device_peak(model, cus)
+    assert (result.tflops, result.partition) == (1307.4, None)
+
+
+def test_every_gpu_has_its_compute_units_and_last_level_cache_with_a_public_source() -> None:
+    for entry in DATA["gpus"]:
+        assert entry["compute_units"] > 0 and entry["llc_mib"] > 0, entry["model"]
+        assert "https://" in entry["cache_source"], entry["model"]
+    mi300x = match_gpu(DATA, "AMD Instinct MI300X", "gfx942", 192).model
+    assert mi300x is not None and mi300x.llc_mib == 256  # its Infinity Cache
+
+
+def test_no_peak_source_cites_a_document_outside_the_repository() -> None:
+    """Sources are copied into every report: they name public pages, not design notes."""
+    for entry in DATA["gpus"]:
+        assert "REFERENCE.md" not in entry["source"] and "UNCONFIRMED" not in entry["source"]
+    mi300a = match_gpu(DATA, "AMD Instinct MI300A", "gfx942", 128).model
+    assert mi300a is not None and "https://www.amd.com/" in mi300a.source

@@ -109,3 +109,21 @@ def test_the_core_install_prints_the_table_and_says_why_there_is_no_plot(
     asked = report("--plot", "compare.png")  # an explicit plot is an error without it
     assert asked.returncode != 0 and "imagebuild[report]" in asked.stderr
     assert not (tmp_path / "compare.png").exists()
+
+
+def test_an_old_report_with_fsdp_sizes_compares_with_a_new_one(
+        train_report: dict[str, Any]) -> None:
+    """Reports written before the Megatron bucket sizes had their own key kept them under
+    ``fsdp_sizes``: report still reads them beside a new report's."""
+    old, new = copy.deepcopy(train_report), copy.deepcopy(train_report)
+    rows = {"reduce_scatter_302006272": 40.0, "all_gather_151003136": 50.0}
+    old["checks"].append({"name": "collectives", "status": "passed", "reason": "old",
+                          "cause": None, "figures": {"fsdp_sizes": rows}, "details": [],
+                          "duration_s": 1.0})
+    new["checks"].append({"name": "collectives", "status": "passed", "reason": "new",
+                          "cause": None, "figures": {"megatron_bucket_sizes": {
+                              k: v * 2 for k, v in rows.items()}}, "details": [],
+                          "duration_s": 1.0})
+    table = comparison_rows([old, new])
+    assert _row(table, "reduce_scatter 302006272 B") == ["40.0", "80.0", "2.00x"]
+    assert _row(table, "all_gather 151003136 B") == ["50.0", "100.0", "2.00x"]

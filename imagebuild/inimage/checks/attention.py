@@ -42,6 +42,12 @@ _OP_BACKENDS = (
 )
 
 
+#: Said beside the figures: this check counts the half of the score matrix a causal kernel
+#: computes; the train check's MFU counts causal attention whole (PaLM's convention).
+FLOPS_CONVENTION = ("causal FLOPs: half the score and value products (FlashAttention's "
+                    "benchmark convention); the train check's MFU counts them whole")
+
+
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool,
                     mode: str) -> float:
     forward = 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
@@ -148,6 +154,7 @@ def evaluate(default: str | None, timings: dict[str, dict[str, Any]],
         "backends": {name: ("available" if why is None else f"unavailable: {why}")
                      for name, why in availability.items()},
         "timings": timings, "peak_tflops": peak,
+        "flops_convention": FLOPS_CONVENTION,
     }
     mine = timings.get("default")
     problems: list[str] = []

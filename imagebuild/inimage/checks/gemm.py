@@ -6,22 +6,38 @@ sequence x micro-batch tokens, in PyTorch's row-major terms with their operand
 transposes), or read from ``--gemm-problems FILE`` (a tuning tool's CSV in hipBLASLt
 column-major terms). Each runs as ``torch.mm`` on operands laid out as training holds them
 (a transposed operand is a transposed view of a contiguous tensor), into a preallocated
-output, timed with device events around a calibrated loop. A multiply of (m x k) by
+output, timed with device events around a calibrated loop. Each iteration takes the next
+of several operand sets (A, B and the output) whose bytes together exceed twice the GPU's
+last-level cache (gpus.json llc_mib: 256 MB Infinity Cache on MI300X), as hipblaslt-bench's
+rotating buffer does (--rotating): reusing one set would leave it partly in cache and time
+a GEMM training never runs, since a step's next GEMM reads operands the cache has not seen.
+A multiply of (m x k) by
 (k x n) is 2*m*n*k floating-point operations. The headline figure weights each problem
 by how often one training step runs it: all FLOPs of a step over all their time.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
 import torch
 
 from ..check_context import Context
-from ..model.llama import LLAMA_3_1_8B
+from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE
 from ..model.workload import GemmProblem, gemm_problems, read_gemm_problems
-from ..result import INCOMPLETE, NO_GPU, CheckResult, below_minimum, failed, judge, skipped
+from ..result import (
+    INCOMPLETE,
+    NO_GPU,
+    CheckResult,
+    below_minimum,
+    failed,
+    judge,
+    passed,
+    skipped,
+)
+from ..test_hooks import hook_figures, slow_rank_delay
 from ..timing import calibrated_time
 
 NAME = "gemm"
@@ -54,25 +70,55 @@ def check_correctness(device: torch.device) -> str | None:
     return None
 
 
-def measure_problem(problem: GemmProblem, device: torch.device,
-                    target_s: float = 0.05) -> dict[str, Any]:
-    dtype = torch.bfloat16
+#: The last-level cache assumed for a GPU the table does not know: the largest it lists.
+DEFAULT_LLC_BYTES = 256 * 2**20
+#: Operand sets span this many times the last-level cache.
+ROTATE_OVER_CACHE = 2
+#: At most this many sets: a problem so small that 64 sets fit in the cache is said so
+#: in its row (``rotating_exceeds_cache`` false) rather than given thousands of sets.
+MAX_SETS = 64
+
+
+def rotating_operands(problem: GemmProblem, device: torch.device, llc_bytes: int,
+                      dtype: torch.dtype = torch.bfloat16,
+                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(A, B, out) sets, laid out as training holds them, that together take more than
+    ROTATE_OVER_CACHE x ``llc_bytes``, so no iteration finds its operands in the cache."""
     m, n, k = problem.m, problem.n, problem.k
-    a = (torch.randn(k, m, device=device, dtype=dtype).T if problem.trans_a
-         else torch.randn(m, k, device=device, dtype=dtype))
-    b = (torch.randn(n, k, device=device, dtype=dtype).T if problem.trans_b
-         else torch.randn(k, n, device=device, dtype=dtype))
-    out = torch.empty(m, n, device=device, dtype=dtype)
+    per_set = (m * k + k * n + m * n) * torch.tensor([], dtype=dtype).element_size()
+    count = min(MAX_SETS, max(2, -(-ROTATE_OVER_CACHE * llc_bytes // per_set)))
+    sets = []
+    for _ in range(count):
+        a = (torch.randn(k, m, device=device, dtype=dtype).T if problem.trans_a
+             else torch.randn(m, k, device=device, dtype=dtype))
+        b = (torch.randn(n, k, device=device, dtype=dtype).T if problem.trans_b
+             else torch.randn(k, n, device=device, dtype=dtype))
+        sets.append((a, b, torch.empty(m, n, device=device, dtype=dtype)))
+    return sets
+
+
+def measure_problem(problem: GemmProblem, device: torch.device, target_s: float = 0.05,
+                    llc_bytes: int = DEFAULT_LLC_BYTES, dtype: torch.dtype = torch.bfloat16,
+                    delay_s: float = 0.0) -> dict[str, Any]:
+    sets = rotating_operands(problem, device, llc_bytes, dtype)
+    turn = [0]
 
     def step() -> None:
+        a, b, out = sets[turn[0] % len(sets)]
+        turn[0] += 1
         torch.mm(a, b, out=out)
+        if delay_s:
+            time.sleep(delay_s)  # the straggler test hook only (test_hooks.py)
 
     seconds, iters = calibrated_time(step, device, warmup=3, target_s=target_s,
                                      min_iters=5, max_iters=200)
     flops = problem.flops
-    return {"shape": [m, n, k], "trans_a": problem.trans_a, "trans_b": problem.trans_b,
-            "count": problem.count, "source": problem.source, "seconds": seconds,
-            "iters": iters, "tflops": flops / seconds / 1e12, "flops": flops}
+    rotating = sum(t.numel() * t.element_size() for tensors in sets for t in tensors)
+    return {"shape": [problem.m, problem.n, problem.k], "trans_a": problem.trans_a,
+            "trans_b": problem.trans_b, "count": problem.count, "source": problem.source,
+            "seconds": seconds, "iters": iters, "tflops": flops / seconds / 1e12,
+            "flops": flops, "rotating_sets": len(sets), "rotating_bytes": rotating,
+            "rotating_exceeds_cache": rotating > llc_bytes}
 
 
 def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
@@ -111,8 +157,14 @@ def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
     return judge(NAME, problems, ok, figures)
 
 
+#: Operand sets on CPU span twice this (a server CPU's last-level cache is tens of MB).
+CPU_LLC_BYTES = 32 * 2**20
+
+
 def run(ctx: Context) -> CheckResult:
     if ctx.mode != "gpu":
+        if getattr(ctx.options, "cpu_gemm", False):
+            return run_on_cpu(ctx)
         return skipped(NAME, NO_GPU, "GPU-only: bf16 GEMM throughput needs a GPU")
     wrong = check_correctness(ctx.device)
     if wrong:
@@ -125,7 +177,33 @@ def run(ctx: Context) -> CheckResult:
         problems = training_problems(seq, ctx.options.train_batch)
         origin = (f"Llama-3.1-8B training GEMMs (seq {seq} x micro-batch "
                   f"{ctx.options.train_batch})")
-    per_shape = [measure_problem(p, ctx.device) for p in problems]
+    model = ctx.gpu_match.model if ctx.gpu_match else None
+    llc = int(model.llc_mib * 2**20) if model and model.llc_mib else DEFAULT_LLC_BYTES
+    delay = slow_rank_delay(ctx.rank)
+    per_shape = [measure_problem(p, ctx.device, llc_bytes=llc, delay_s=delay) for p in problems]
     torch.cuda.empty_cache()
     label = ctx.gpu.name if ctx.gpu else "this GPU"
-    return evaluate(per_shape, ctx.peak_tflops, ctx.thresholds, label, origin)
+    result = evaluate(per_shape, ctx.peak_tflops, ctx.thresholds, label, origin)
+    return replace(result, figures={**result.figures, "last_level_cache_bytes": llc,
+                                    "operands": f"rotated through more than "
+                                                f"{ROTATE_OVER_CACHE}x the last-level cache",
+                                    **hook_figures(delay)})
+
+
+def run_on_cpu(ctx: Context) -> CheckResult:
+    """--cpu-gemm: the same measurement on the CPU proxy model's GEMMs in float32, on every
+    rank, with no threshold; what it gives a CPU run is a per-rank figure (stragglers)."""
+    config = replace(LLAMA_CPU_SMOKE, max_seq_len=256)
+    problems = gemm_problems(config, 256)
+    delay = slow_rank_delay(ctx.rank)
+    per_shape = [measure_problem(p, ctx.device, target_s=0.02, llc_bytes=CPU_LLC_BYTES,
+                                 dtype=torch.float32, delay_s=delay) for p in problems]
+    total_flops = sum(s["flops"] * s["count"] for s in per_shape)
+    total_time = sum(s["seconds"] * s["count"] for s in per_shape)
+    tflops = total_flops / total_time / 1e12
+    figures = {"shapes": [{k: v for k, v in s.items() if k != "flops"} for s in per_shape],
+               "tflops": round(tflops, 4), "dtype": "float32", "peak_tflops": None,
+               "problems_from": "the CPU proxy model's training GEMMs (seq 256)",
+               "last_level_cache_bytes": CPU_LLC_BYTES, **hook_figures(delay)}
+    return passed(NAME, f"CPU proxy: {tflops * 1e3:.1f} GFLOP/s float32 over {len(problems)} "
+                  "GEMMs of the CPU proxy model (no threshold on CPU)", figures)

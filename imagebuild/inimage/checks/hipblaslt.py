@@ -16,7 +16,16 @@ from typing import Any
 
 from ..check_context import Context
 from ..image_manifest import section
-from ..result import NO_GPU, NOT_APPLICABLE, CheckResult, failed, passed, skipped
+from ..result import (
+    INCOMPLETE,
+    NO_GPU,
+    NOT_APPLICABLE,
+    CheckResult,
+    below_minimum,
+    failed,
+    judge,
+    skipped,
+)
 
 NAME = "hipblaslt"
 
@@ -101,7 +110,22 @@ def run(ctx: Context) -> CheckResult:
     gflops = parse_gflops(proc.stdout)
     if gflops is None:
         return failed(NAME, f"{bench} printed no hipblaslt-Gflops result", figures, tail)
-    figures["tflops"] = round(gflops / 1e3, 2)
-    if ctx.peak_tflops:
-        figures["fraction_of_peak"] = round(gflops / 1e3 / ctx.peak_tflops, 4)
-    return passed(NAME, f"{bench} ran a bf16 4096^3 GEMM at {gflops / 1e3:.1f} TFLOP/s", figures)
+    return evaluate(gflops / 1e3, ctx.peak_tflops, ctx.thresholds, bench, figures)
+
+
+def evaluate(tflops: float, peak: float | None, thresholds: dict[str, float], bench: str,
+             figures: dict[str, Any]) -> CheckResult:
+    """The bench's figure against ``hipblaslt_min_fraction`` of the peak: a bench that runs
+    but at a fraction of what the library should do is as broken as one that does not."""
+    figures = {**figures, "tflops": round(tflops, 2), "peak_tflops": peak}
+    what = f"{bench} ran a bf16 4096^3 GEMM at {tflops:.1f} TFLOP/s"
+    if not peak:
+        return skipped(NAME, INCOMPLETE, f"{what}, but this GPU is not in the peak table: "
+                       "pass --peak-tflops to judge it", figures)
+    fraction = tflops / peak
+    minimum = thresholds["hipblaslt_min_fraction"]
+    figures.update(fraction_of_peak=round(fraction, 4), min_fraction=minimum)
+    low = below_minimum("hipblaslt-bench bf16 GEMM", fraction * 100, minimum * 100, "% of peak",
+                        f"{tflops:.1f} of {peak:g} TFLOP/s")
+    return judge(NAME, [low] if low else [], f"{what} = {fraction:.0%} of {peak:g} peak",
+                 figures)

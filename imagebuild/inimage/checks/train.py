@@ -261,7 +261,11 @@ def evaluate(figures: dict[str, Any], rank_losses: list[list[float]], peak: floa
     if peak is not None:
         figures["peak_tflops"] = peak
         figures["mfu"] = round(figures["tflops_per_gpu"] / peak, 4)
-        summary += f", MFU {figures['mfu']:.1%}"
+        summary += f", MFU {figures['mfu']:.1%} (model FLOPs, recompute not counted)"
+        hardware = figures.get("hardware_tflops_per_gpu")
+        if hardware is not None:
+            figures["hfu"] = round(hardware / peak, 4)
+            summary += f", HFU {figures['hfu']:.1%} (with recompute)"
         if proxy:
             summary += " (proxy: the full-model MFU threshold is not applied)"
         else:

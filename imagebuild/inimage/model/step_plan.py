@@ -4,10 +4,12 @@ Memory per rank of an FSDP2 step (fully_shard per block and at the root, bf16 pa
 for compute, fp32 master weights, fp32 gradient reduction, AdamW), in bytes:
 
     sharded state     16 * P / W      fp32 parameter, gradient and two AdamW moments
-    blocks in flight  2 * p * (2 + 4) gathered bf16 parameters and fp32 gradients of the
-                                      block being computed and the one prefetched
-    root              r * (2 + 4)     embedding, final norm and output, gathered and their
-                                      unsharded gradients
+    blocks in flight  2 * p * 8       for the block being computed and the one prefetched:
+                                      its gathered bf16 parameters (2), their unsharded
+                                      bf16 gradients (2) and the fp32 reduce-scatter
+                                      input they are cast into (4)
+    root              r * 8           embedding, final norm and output: the same 8 bytes
+                                      per parameter as a block in flight
     loss              T * V * (4+4+2) float32 log-probabilities, their gradient, bf16 logits
     head input        T * d * 8
     activations       per AC mode, below
@@ -46,6 +48,10 @@ GIB = 2**30
 AC_MODES = ("none", "selective", "full")
 RESERVE_FRACTION = 0.10
 RESERVE_BYTES = 2 * GIB
+#: Bytes per parameter of a block in flight: bf16 parameters, bf16 gradients, fp32
+#: reduce-scatter buffer (FSDP2 casts the gradients to reduce_dtype before reducing:
+#: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, foreach_reduce).
+IN_FLIGHT_BYTES_PER_PARAM = 2 + 2 + 4
 
 
 def block_activation_bytes(config: LlamaConfig, tokens: int) -> int:
@@ -108,8 +114,8 @@ def estimate(config: LlamaConfig, layers: int, tokens: int, world_size: int, fre
     return MemoryEstimate(
         layers=layers, activation_checkpointing=ac,
         sharded_state=16 * params // world_size,
-        blocks_in_flight=2 * block * (2 + 4),
-        root=root * (2 + 4),
+        blocks_in_flight=2 * block * IN_FLIGHT_BYTES_PER_PARAM,
+        root=root * IN_FLIGHT_BYTES_PER_PARAM,
         loss=tokens * config.vocab_size * (4 + 4 + 2) + tokens * config.dim * 8,
         activations=activations,
         budget=int(free_bytes * (1 - RESERVE_FRACTION)))

@@ -13,8 +13,8 @@ import torch
 from ..check_context import Context
 from ..timing import spread
 from .llama import LlamaConfig, parameter_counts
-from .sizing import flops_per_token
-from .step_plan import GIB, TrainPlan, block_activation_bytes
+from .sizing import HFU_CONVENTION, MFU_CONVENTION, flops_per_token, recompute_flops_per_token
+from .step_plan import GIB, TrainPlan, block_activation_bytes, checkpointed_blocks
 from .train_config import describe
 
 
@@ -60,6 +60,8 @@ def figures_of(ctx: Context, config: LlamaConfig, plan: TrainPlan, setup: dict[s
     tokens_per_step = batch * seq
     tokens_per_s = tokens_per_step * steps / elapsed
     flops_token = flops_per_token(config, seq)
+    hardware_token = flops_token + recompute_flops_per_token(
+        config, seq, checkpointed_blocks(config.n_layers, plan.activation_checkpointing))
     figures: dict[str, Any] = {
         "configuration": setup, "workload": plan.workload, "memory_plan": plan.to_dict(),
         "model": {"layers": config.n_layers, "dim": config.dim, "heads": config.n_heads,
@@ -76,6 +78,10 @@ def figures_of(ctx: Context, config: LlamaConfig, plan: TrainPlan, setup: dict[s
         "tokens_per_s_total": round(tokens_per_s * ctx.world_size, 1),
         "flops_per_token": flops_token,
         "tflops_per_gpu": round(tokens_per_s * flops_token / 1e12, 3),
+        "flops_convention": MFU_CONVENTION,
+        "hardware_flops_per_token": hardware_token,
+        "hardware_tflops_per_gpu": round(tokens_per_s * hardware_token / 1e12, 3),
+        "hardware_flops_convention": HFU_CONVENTION,
         "loss_first": losses[0], "loss_last": losses[-1], "losses": [round(x, 4) for x in losses],
         "compile": bool(ctx.options.compile),
         "activation_checkpointing": plan.activation_checkpointing, **measured["info"],

@@ -17,10 +17,17 @@ FILE`` reads a CSV in those column-major terms (hipblaslt-bench's and its logs' 
 and converts it back here.
 
 Collectives of FSDP2 (torch.distributed.fsdp.fully_shard with a bf16 param / fp32 reduce
-MixedPrecisionPolicy, one group per transformer block): before a block's forward (and again
-in backward) an all-gather of its bf16 parameters; after its backward a reduce-scatter of
-its fp32 gradients. Sizes follow nccl-tests' convention (the gathered output, the scattered
-input), i.e. the whole block.
+MixedPrecisionPolicy, one group per transformer block and one at the root): before a
+group's forward (and again in backward) an all-gather of its bf16 parameters; after its
+backward a reduce-scatter of its fp32 gradients. The root group holds what no block does:
+the embedding, the final norm and the output projection (1,050,677,248 parameters for
+Llama-3.1-8B, so a 2.10 GB all-gather and a 4.20 GB reduce-scatter every step). Sizes follow
+nccl-tests' convention (the gathered output, the scattered input), i.e. the whole group,
+with FSDP2's padding: every parameter is chunked on dim 0 into world-size pieces of
+ceil(dim0 / W) rows (torch.chunk; pytorch torch/distributed/fsdp/_fully_shard/
+_fsdp_param.py, padded_sharded_param_size, and _fsdp_collectives.py, foreach_reduce with
+_get_dim0_padded_size), so on 12 or 24 ranks, which do not divide 4096, 1024 or 14336,
+the collectives move more bytes than the parameters hold.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import csv
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .llama import LlamaConfig, parameter_counts
+from .llama import LlamaConfig
 
 
 @dataclass(frozen=True)
@@ -145,24 +152,73 @@ class CollectiveSize:
     source: str
 
 
-def fsdp_collectives(config: LlamaConfig, mixed_precision: bool = True,
+def group_shapes(config: LlamaConfig) -> dict[str, list[tuple[int, ...]]]:
+    """The parameter shapes of FSDP2's two kinds of group: one block, and the root."""
+    head = config.head_dim
+    block = [(config.n_heads * head, config.dim), (config.n_kv_heads * head, config.dim),
+             (config.n_kv_heads * head, config.dim), (config.dim, config.n_heads * head),
+             (config.ffn_dim, config.dim), (config.ffn_dim, config.dim),
+             (config.dim, config.ffn_dim), (config.dim,), (config.dim,)]
+    root = [(config.vocab_size, config.dim), (config.dim,), (config.vocab_size, config.dim)]
+    return {"block": block, "root": root}
+
+
+def padded_elements(shapes: list[tuple[int, ...]], world_size: int) -> int:
+    """Elements one FSDP2 collective of a group moves on ``world_size`` ranks: each
+    parameter's dim 0 rounded up to a multiple of the world size."""
+    total = 0
+    for shape in shapes:
+        rows = -(-shape[0] // world_size) * world_size
+        rest = 1
+        for extent in shape[1:]:
+            rest *= extent
+        total += rows * rest
+    return total
+
+
+def fsdp_collectives(config: LlamaConfig, world_size: int, mixed_precision: bool = True,
                      model: str = "Llama-3.1-8B") -> list[CollectiveSize]:
-    """FSDP2's per-block collectives for ``config``: with the bf16-param / fp32-reduce
-    policy a bf16 gather and an fp32 reduce-scatter; without it (CPU) both in float32."""
-    block = parameter_counts(config)["per_layer"]
+    """FSDP2's collectives for ``config`` on ``world_size`` ranks, per block and at the
+    root: with the bf16-param / fp32-reduce policy a bf16 gather and an fp32
+    reduce-scatter; without it (CPU) both in float32."""
     gather = ("bfloat16", 2) if mixed_precision else ("float32", 4)
-    what = f"FSDP2 per block of {model} ({block:,} parameters)"
-    return [CollectiveSize("all_gather", block * gather[1], gather[0],
-                           f"{what}: {gather[0]} parameters"),
-            CollectiveSize("reduce_scatter", block * 4, "float32", f"{what}: float32 gradients")]
+    rows: list[CollectiveSize] = []
+    for group, shapes in group_shapes(config).items():
+        params = sum(_numel(shape) for shape in shapes)
+        elements = padded_elements(shapes, world_size)
+        padding = (f", padded to {elements:,} for {world_size} ranks"
+                   if elements != params else "")
+        what = (f"FSDP2 per block of {model} ({params:,} parameters{padding})" if group == "block"
+                else f"FSDP2 root group of {model}: embedding, final norm, output "
+                     f"({params:,} parameters{padding})")
+        rows += [CollectiveSize("all_gather", elements * gather[1], gather[0],
+                                f"{what}: {gather[0]} parameters"),
+                 CollectiveSize("reduce_scatter", elements * 4, "float32",
+                                f"{what}: float32 gradients")]
+    return rows
 
 
-#: Sizes users measured on the cluster in a Megatron-LM Llama-3.1-8B run (its all-gather
-#: and reduce-scatter buckets), kept so results compare with those measurements.
-MEGATRON_SIZES = (151003136, 302006272)
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for extent in shape:
+        count *= extent
+    return count
+
+
+#: Sizes users measured on the cluster in a Megatron-LM Llama-3.1-8B run with the
+#: distributed optimizer: a 151,003,136 B all-gather of bf16 parameters and a 302,006,272 B
+#: reduce-scatter of the same bucket's gradients. 302,006,272 = 2 x 151,003,136: the same
+#: 75,501,568 elements at 4 bytes: with --bf16 Megatron accumulates and reduces gradients
+#: in fp32 (megatron/training/arguments.py: an fp32 main_grads_dtype, the default, sets
+#: accumulate_allreduce_grads_in_fp32).
+MEGATRON_ALL_GATHER = CollectiveSize(
+    "all_gather", 151003136, "bfloat16",
+    "Megatron-LM Llama-3.1-8B bucket measured on the cluster: bf16 parameters")
+MEGATRON_REDUCE_SCATTER = CollectiveSize(
+    "reduce_scatter", 302006272, "float32",
+    "Megatron-LM Llama-3.1-8B bucket measured on the cluster: fp32 gradients")
+MEGATRON_SIZES = (MEGATRON_ALL_GATHER.bytes, MEGATRON_REDUCE_SCATTER.bytes)
 
 
 def megatron_collectives() -> list[CollectiveSize]:
-    return [CollectiveSize(op, size, "bfloat16",
-                           "Megatron-LM Llama-3.1-8B bucket measured on the cluster")
-            for size in MEGATRON_SIZES for op in ("all_gather", "reduce_scatter")]
+    return [MEGATRON_ALL_GATHER, MEGATRON_REDUCE_SCATTER]

@@ -234,3 +234,45 @@ def test_binding_is_expected_from_the_flag_or_slurm() -> None:
         "SLURM_CPU_BIND_TYPE=mask_cpu:")
     assert devices.binding_expected(False, {"SLURM_CPU_BIND_TYPE": "none"}) is None
     assert devices.binding_expected(False, {}) is None
+
+
+def test_gemm_rotates_operand_sets_larger_than_the_last_level_cache() -> None:
+    """One reused set of operands stays partly in the cache (256 MB Infinity Cache on
+    MI300X): the timed loop must walk through more bytes than the cache holds."""
+    problem = GemmProblem(256, 128, 64, False, True, 1, "test")
+    per_set = (256 * 64 + 64 * 128 + 256 * 128) * 2
+    llc = 5 * per_set
+    sets = gemm.rotating_operands(problem, CPU, llc)
+    assert len(sets) == 10  # 2 x the cache, rounded up to whole sets
+    assert len({a.data_ptr() for a, _, _ in sets}) == len(sets)
+    assert all(b.shape == (64, 128) and not b.is_contiguous() for _, b, _ in sets)  # B.T view
+    row = gemm.measure_problem(problem, CPU, target_s=0.01, llc_bytes=llc)
+    assert row["rotating_sets"] == 10 and row["rotating_bytes"] > llc
+    assert row["rotating_exceeds_cache"]
+
+
+def test_gemm_visits_every_operand_set_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real_mm = torch.mm
+
+    def recording_mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        seen.append(a.data_ptr())
+        return real_mm(a, b, out=out)
+
+    monkeypatch.setattr(torch, "mm", recording_mm)
+    problem = GemmProblem(64, 64, 64, False, False, 1, "test")
+    row = gemm.measure_problem(problem, CPU, target_s=0.001, llc_bytes=3 * 64 * 64 * 2 * 3)
+    assert len(set(seen)) == row["rotating_sets"] == 6
+    assert all(seen[i] == seen[i - 6] for i in range(6, len(seen)))  # in turn, round again
+
+
+def test_hipblaslt_figure_below_its_floor_fails() -> None:
+    """A bench that runs at a fraction of the peak used to pass on any figure."""
+    thresholds = {"hipblaslt_min_fraction": 0.35}
+    slow = hipblaslt.evaluate(100.0, 1307.4, thresholds, "hipblaslt-bench", {})
+    assert slow.status == "failed"
+    assert "hipblaslt-bench bf16 GEMM 7.65% of peak, expected >= 35.0% of peak" in slow.reason
+    fast = hipblaslt.evaluate(700.0, 1307.4, thresholds, "hipblaslt-bench", {})
+    assert fast.status == "passed" and fast.figures["fraction_of_peak"] == 0.5354
+    unknown = hipblaslt.evaluate(700.0, None, thresholds, "hipblaslt-bench", {})
+    assert unknown.status == "skipped" and "--peak-tflops" in unknown.reason

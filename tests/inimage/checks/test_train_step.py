@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from imagebuild.inimage.checks import train
+from imagebuild.inimage.model.llama import LLAMA_CPU_SMOKE, parameter_counts
 from tests.support.validate import REPO, assert_valid_report, check
 
 
@@ -43,6 +44,12 @@ def test_cpu_train_step_with_checkpointing_recomputes_every_other_block(
     assert result.status == "passed", result.reason
     assert result.figures["checkpointed_blocks"] == 1
     assert result.figures["configuration"]["activation_checkpointing"] == "selective"
+    # the one recomputed block's forward is in the hardware FLOPs, not in the model FLOPs
+    config = LLAMA_CPU_SMOKE
+    block = parameter_counts(config)["per_layer"]
+    assert (result.figures["hardware_flops_per_token"] - result.figures["flops_per_token"]
+            == 2 * block + 4 * config.n_heads * config.head_dim * 32)
+    assert "recomputation not counted" in result.figures["flops_convention"]
 
 
 @pytest.mark.parametrize("error", [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild.inimage.model.llama import LLAMA_3_1_8B, LlamaConfig
+from imagebuild.inimage.model.llama import LLAMA_3_1_8B, LlamaConfig, parameter_counts
 from imagebuild.inimage.model.step_plan import estimate, most_layers, plan_training
 
 GB = 10**9
@@ -104,3 +104,29 @@ def test_a_small_model_fits_without_checkpointing() -> None:
                         vocab_size=2048, max_seq_len=256)
     plan = plan_training(small, 256, 1, 1, 8 * GIB)
     assert plan.workload == "full" and plan.activation_checkpointing == "none"
+
+
+def test_a_block_in_flight_costs_eight_bytes_per_parameter() -> None:
+    """bf16 parameters (2) + bf16 gradients (2) + the fp32 reduce-scatter input (4), for the
+    block computed and the one prefetched; 6 bytes left the fp32 buffer or the bf16
+    gradients out."""
+    block = parameter_counts(LLAMA_3_1_8B)["per_layer"]
+    plan = estimate(LLAMA_3_1_8B, 32, 8192, 8, 80 * GIB, "full")
+    assert plan.blocks_in_flight == 2 * block * 8
+    assert plan.root == 8 * (2 * 128256 * 4096 + 4096)
+
+
+def test_hardware_flops_add_each_recomputed_blocks_forward() -> None:
+    """Full checkpointing executes about 8N per token, not the 6N MFU counts."""
+    from imagebuild.inimage.model.sizing import flops_per_token, recompute_flops_per_token
+
+    model = flops_per_token(LLAMA_3_1_8B, 8192)
+    assert recompute_flops_per_token(LLAMA_3_1_8B, 8192, 0) == 0
+    full = recompute_flops_per_token(LLAMA_3_1_8B, 8192, 32)
+    block = parameter_counts(LLAMA_3_1_8B)["per_layer"]
+    assert full == 32 * (2 * block + 4 * 32 * 128 * 8192)
+    blocks = 32 * block
+    # blocks alone: 6 x blocks -> 8 x blocks; the whole step (output layer not recomputed)
+    # lands between 1.25x and 1.34x
+    assert (6 * blocks + 2 * blocks) / (6 * blocks) == pytest.approx(8 / 6)
+    assert 1.25 < (model + full) / model < 8 / 6

@@ -15,7 +15,9 @@ from imagebuild.inimage.model.llama import LLAMA_3_1_8B, Llama, LlamaConfig
 from imagebuild.inimage.model.workload import (
     fsdp_collectives,
     gemm_problems,
+    group_shapes,
     megatron_collectives,
+    padded_elements,
     read_gemm_problems,
 )
 
@@ -95,14 +97,54 @@ def test_gemm_measures_problems_with_their_transposes_on_cpu() -> None:
         assert row["count"] == problem.count
 
 
-def test_fsdp_collective_sizes_come_from_the_block() -> None:
-    gather, scatter = fsdp_collectives(LLAMA_3_1_8B)
+def test_fsdp_collective_sizes_come_from_the_block_and_the_root() -> None:
+    gather, scatter, root_gather, root_scatter = fsdp_collectives(LLAMA_3_1_8B, 8)
     # one block: attention 4096 x 128 x (2 x 32 + 2 x 8) + SwiGLU 3 x 4096 x 14336 + 2 norms
     block = 4096 * 128 * (2 * 32 + 2 * 8) + 3 * 4096 * 14336 + 2 * 4096
     assert block == 218_112_000
     assert (gather.op, gather.bytes, gather.dtype) == ("all_gather", 2 * block, "bfloat16")
     assert (scatter.op, scatter.bytes, scatter.dtype) == ("reduce_scatter", 4 * block, "float32")
-    assert "FSDP2" in gather.source
-    sizes = {c.bytes for c in megatron_collectives()}
-    assert sizes == {151_003_136, 302_006_272}
+    assert "FSDP2 per block" in gather.source
+    # the root group: embedding and output 128256 x 4096 each, and the final norm
+    root = 2 * 128256 * 4096 + 4096
+    assert root == 1_050_677_248
+    assert (root_gather.op, root_gather.bytes, root_gather.dtype) == (
+        "all_gather", 2 * root, "bfloat16")
+    assert (root_scatter.op, root_scatter.bytes, root_scatter.dtype) == (
+        "reduce_scatter", 4 * root, "float32")
+    assert "FSDP2 root group" in root_gather.source and "padded" not in root_gather.source
+
+
+def test_fsdp_sizes_are_padded_as_fsdp2_pads_for_world_sizes_that_do_not_divide_them() -> None:
+    """12 and 24 ranks divide none of 4096, 1024 and 14336: every weight's dim 0 is rounded up
+    to a multiple of the world size, as torch's own FSDP2 does (checked against it below)."""
+    block_gather, block_scatter, _, _ = fsdp_collectives(LLAMA_3_1_8B, 12)
+    # block on 12 ranks: 4096 -> 4104, 1024 -> 1032, 14336 -> 14340 rows; norms 4096 -> 4104
+    block_12 = (2 * 4104 * 4096 + 2 * 1032 * 4096 + 2 * 14340 * 4096 + 4104 * 14336
+                + 2 * 4104)
+    assert block_12 == 218_390_544
+    assert (block_gather.bytes, block_scatter.bytes) == (2 * block_12, 4 * block_12)
+    assert "padded to 218,390,544 for 12 ranks" in block_gather.source
+    # root on 24 ranks: 128256 = 24 x 5344 divides; the norm's 4096 rows pad to 4104
+    root_gather = fsdp_collectives(LLAMA_3_1_8B, 24)[2]
+    assert root_gather.bytes == 2 * (2 * 128256 * 4096 + 4104)
+
+
+def test_padding_matches_torch_fsdp2_own_shard_sizes() -> None:
+    """torch's FSDP2 helpers (the ones its collectives size their buffers with) agree."""
+    fsdp_common = pytest.importorskip("torch.distributed.fsdp._fully_shard._fsdp_common")
+    for world in (3, 12, 24):
+        for shapes in group_shapes(TINY).values():
+            expected = sum(fsdp_common._get_dim0_padded_size(torch.Size(s), world).numel()
+                           for s in shapes)
+            assert padded_elements(shapes, world) == expected
+
+
+def test_megatron_reduce_scatter_is_fp32_gradients_of_the_gather_bucket() -> None:
+    gather, scatter = megatron_collectives()
+    assert (gather.op, gather.bytes, gather.dtype) == ("all_gather", 151_003_136, "bfloat16")
+    # the same 75,501,568 elements at 4 bytes: fp32, not bf16
+    assert (scatter.op, scatter.bytes, scatter.dtype) == ("reduce_scatter", 302_006_272,
+                                                          "float32")
+    assert scatter.bytes // 4 == gather.bytes // 2
     assert all("Megatron" in c.source for c in megatron_collectives())

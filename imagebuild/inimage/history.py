@@ -1,0 +1,102 @@
+"""A system's validation history: one JSON line per run, appended after every run.
+
+Each line holds the run's key figures with what they depend on: the system, the image's
+identity (reference, recipe, input hash, torch/HIP/ROCm versions), the GPU, ranks and
+nodes, and the train step's configuration, so ``imagebuild report --history FILE`` can
+show a figure over time and compare each run only with earlier runs of the same setup.
+Appending one line per run keeps concurrent writers (two jobs of one system) from
+interleaving: each record is written with one ``write`` on a file opened for appending
+(POSIX appends each such write at the end of the file).
+
+Standard library only: the in-image runner appends (``--history FILE``, e.g. in a batch
+job on a shared file system) as the host does after a containerised run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+HISTORY_SCHEMA = "imagebuild-validate-history/1"
+
+#: The figures a history keeps: "<check>.<path>" into that check's figures.
+HISTORY_FIGURES = (
+    "gemm.tflops", "gemm.fraction_of_peak", "gemm.worst_shape_tflops", "hipblaslt.tflops",
+    "attention.fwd_bwd_tflops",
+    "collectives.busbw_gbps_at_largest.all_reduce",
+    "collectives.busbw_gbps_at_largest.all_gather",
+    "collectives.busbw_gbps_at_largest.reduce_scatter",
+    "train.tokens_per_s_per_gpu", "train.tflops_per_gpu", "train.mfu", "train.hfu",
+    "megatron.tflops_per_gpu",
+)
+
+
+def _figure(report: Mapping[str, Any], dotted: str) -> Any:
+    name, _, path = dotted.partition(".")
+    value: Any = next((c.get("figures", {}) for c in report.get("checks", [])
+                       if c.get("name") == name), None)
+    for key in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def history_record(report: Mapping[str, Any], system: str | None) -> dict[str, Any]:
+    """One run's line: identity, setup and the numeric key figures it measured."""
+    versions = report.get("versions") or {}
+    train: Mapping[str, Any] = next(
+        (c for c in report.get("checks", []) if c.get("name") == "train"), {})
+    figures = {name: value for name in HISTORY_FIGURES
+               if (value := _figure(report, name)) is not None}
+    references = report.get("references") or {}
+    return {
+        "schema": HISTORY_SCHEMA,
+        "created": report.get("created"),
+        "system": (system or report.get("system") or references.get("system")
+                   or report.get("host")),
+        "image": report.get("image"), "recipe": report.get("recipe"),
+        "input_hash": report.get("input_hash"),
+        "versions": {key: versions.get(key) for key in ("torch", "hip", "cuda", "rocm", "nccl")},
+        "gpu_model": report.get("gpu_model"), "mode": report.get("mode"),
+        "world_size": report.get("world_size"), "nodes": report.get("nodes"),
+        "train_configuration": (train.get("figures") or {}).get("configuration"),
+        "checks": {c.get("name"): c.get("status") for c in report.get("checks", [])},
+        "exit_code": (report.get("summary") or {}).get("exit_code"),
+        "figures": figures,
+    }
+
+
+def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
+    """Append ``record`` as one line (the directory is made if missing)."""
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    descriptor = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, line)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    return file
+
+
+def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every record of a history file, oldest first; a bad line raises ValueError naming it."""
+    file = Path(path)
+    records = []
+    for number, line in enumerate(file.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{file}:{number}: not a JSON line ({exc})") from None
+        if not isinstance(record, dict) or record.get("schema") != HISTORY_SCHEMA:
+            raise ValueError(f"{file}:{number}: not an imagebuild validation history record "
+                             f"(expected schema {HISTORY_SCHEMA})")
+        records.append(record)
+    return records

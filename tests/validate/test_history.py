@@ -1,0 +1,120 @@
+"""A system's history: every run appends its figures; `imagebuild report --history` shows
+them over time and flags a run outside the band of the earlier runs of its setup."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagebuild.inimage.history import (
+    HISTORY_SCHEMA,
+    append_history,
+    history_record,
+    read_history,
+)
+from imagebuild.inimage.test_hooks import SLOW_RANK_ENV
+from imagebuild.validate.history_view import series
+from tests.support.validate import REPO, run_imagebuild
+from tests.validate.test_compare import NO_MATPLOTLIB
+
+
+def _record(value: float, world_size: int = 8, **extra: Any) -> dict[str, Any]:
+    return {"schema": HISTORY_SCHEMA, "system": "beverin", "gpu_model": "MI300A",
+            "mode": "gpu", "world_size": world_size, "nodes": 2,
+            "figures": {"gemm.tflops": value}, **extra}
+
+
+def test_a_run_below_the_band_of_the_earlier_runs_is_flagged() -> None:
+    records = [_record(500.0), _record(520.0), _record(510.0), _record(450.0), _record(560.0)]
+    points = series(records, "gemm.tflops", tolerance=0.05)
+    assert [p.flag for p in points] == [None, None, None, "below", "above"]
+    # band: the earlier runs' range, widened by 5 %
+    assert points[3].band == (pytest.approx(475.0), pytest.approx(546.0))
+    assert points[3].earlier == 3 and points[0].band is None
+
+
+def test_runs_of_another_setup_do_not_make_the_band() -> None:
+    records = [_record(500.0), _record(200.0, world_size=4), _record(495.0)]
+    points = series(records, "gemm.tflops")
+    assert points[1].band is None  # the first 4-rank run starts its own band
+    assert points[2].flag is None and points[2].earlier == 1
+
+
+def test_train_figures_compare_only_within_one_train_configuration() -> None:
+    small = {"layers": 2, "seq": 256}
+    big = {"layers": 32, "seq": 8192}
+    records = [{**_record(0), "figures": {"train.tokens_per_s_per_gpu": 9000.0},
+                "train_configuration": small},
+               {**_record(0), "figures": {"train.tokens_per_s_per_gpu": 900.0},
+                "train_configuration": big}]
+    assert series(records, "train.tokens_per_s_per_gpu")[1].flag is None
+
+
+def test_the_history_file_is_json_lines_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "h.jsonl"
+    report = {"created": "t", "host": "n1", "image": "img", "versions": {"torch": "2.8"},
+              "gpu_model": "MI300A", "world_size": 8, "nodes": 2, "mode": "gpu",
+              "checks": [{"name": "gemm", "status": "passed",
+                          "figures": {"tflops": 512.5, "fraction_of_peak": 0.52}}],
+              "summary": {"exit_code": 0}}
+    append_history(path, history_record(report, "beverin"))
+    append_history(path, history_record(report, None))
+    first, second = read_history(path)
+    assert first["figures"] == {"gemm.tflops": 512.5, "gemm.fraction_of_peak": 0.52}
+    assert first["system"] == "beverin" and second["system"] == "n1"
+    assert first["image"] == "img" and first["versions"]["torch"] == "2.8"
+    assert len(path.read_text().splitlines()) == 2
+    path.write_text(path.read_text() + "{not json\n")
+    with pytest.raises(ValueError, match=r"h.jsonl:3: not a JSON line"):
+        read_history(path)
+
+
+def _validate(cwd: Path, number: int, slow: str | None = None) -> None:
+    env = {SLOW_RANK_ENV: slow} if slow else {}
+    proc = run_imagebuild("validate", "--local", "--cpu", "--allow-cpu", "--checks", "gemm",
+                          "--cpu-gemm", "--system", "ci-node", "--history", "h.jsonl",
+                          "--report", f"r{number}.json", cwd=cwd, env=env)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert "history: h.jsonl" in proc.stdout
+
+
+def test_runs_build_a_history_and_report_flags_the_slowed_run(tmp_path: Path) -> None:
+    """Two real CPU runs, then one whose rank 0 sleeps 10 ms per GEMM call (the test hook):
+    its gemm.tflops falls several times below the band of the first two."""
+    _validate(tmp_path, 1)
+    _validate(tmp_path, 2)
+    _validate(tmp_path, 3, slow="0:0.01")
+    records = read_history(tmp_path / "h.jsonl")
+    assert [r["system"] for r in records] == ["ci-node"] * 3
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(NO_MATPLOTLIB)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tmp_path / "site"), str(REPO))),
+               COLUMNS="200")
+    env.pop(SLOW_RANK_ENV, None)
+    proc = subprocess.run([sys.executable, "-m", "imagebuild", "report", "--history",
+                           "h.jsonl", "--figure", "gemm.tflops"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the latest run regressed
+    assert "3: " in proc.stdout and "ci-node cpu x1" in proc.stdout
+    assert "BELOW" in proc.stdout
+    assert "run 3: gemm.tflops" in proc.stdout and "is below the band" in proc.stdout
+    assert "of 2 earlier run(s) of the same setup" in proc.stdout
+    assert "plot skipped" in proc.stdout and "imagebuild[report]" in proc.stdout
+
+
+def test_report_history_errors_name_the_file_and_what_it_has(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text(json.dumps(_record(500.0)) + "\n")
+    proc = run_imagebuild("report", "--history", "h.jsonl", "--figure", "gemm.tflop",
+                          cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "h.jsonl: no run has the figure 'gemm.tflop'" in proc.stderr
+    assert "gemm.tflops" in proc.stderr  # the hint lists what the history has
+    both = run_imagebuild("report", "r.json", "--history", "h.jsonl", cwd=tmp_path)
+    assert both.returncode == 2 and "not both" in both.stderr
