@@ -33,6 +33,12 @@
 #              FSDP2 step 12,735 tokens/s (389 TFLOP/s) vs Megatron's local layers 5,167
 #              tokens/s (157.7 TFLOP/s, 1,585 ms/iteration): Megatron's local attention
 #              materializes the seq x seq scores where the step's SDPA is fused
+#   with references, history and telemetry (`--checks devices,gemm,attention,train
+#   --train-layers 8 --references R --history H`, run twice): gemm 705.9 / 705.6 TFLOP/s
+#   (operands now rotate through twice the 60 MB L2), attention 498.2 / 499.5, train 8
+#   blocks 27,372 / 27,500 tokens/s (MFU = HFU 46.6 / 46.8 %, no recompute); NVML telemetry:
+#   SM clock 1515-1980 MHz, up to 701 W, 62 C, "sw_power_cap" throttling in gemm, attention
+#   and train; the history flagged nothing (within +-5 %); 19 libraries fingerprinted
 #   tune       shapes --local 11 s; TunableOp kept cuBLAS's "Default" for all 4 top problems
 #              (688.0/688.5/702.3/623.5 TFLOP/s before, 684.9/688.2/702.9/603.9 after:
 #              same kernels, so run-to-run noise is up to 3%); verify reports it not in
