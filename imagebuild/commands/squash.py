@@ -103,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     engine = open_engine(args.backend, for_build=False)
     if not engine.image_exists(target.image_ref):
         raise images.missing_image(target.image_ref, target.recipe, engine.backend)
+    if target.recipe:
+        from imagebuild.build.current import check_current
+
+        check_current(engine, load_recipe(target.recipe, project), target.image_ref)
     source = engine.image_source(target.image_ref, read=args.read)
     scan = None
     if target.recipe:

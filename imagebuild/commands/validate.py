@@ -250,6 +250,14 @@ def run(args: argparse.Namespace) -> int:
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
         gpus = "rocm"
     defaults = site_defaults(args)
+    if target.recipe and target.ref and launcher in ("docker", "podman"):
+        from imagebuild.build.current import check_current
+        from imagebuild.engine.select import open_engine
+        from imagebuild.recipe.load import load_recipe
+
+        engine = open_engine(launcher, for_build=False)
+        if engine.image_exists(target.ref):  # a missing one is named when it would run
+            check_current(engine, load_recipe(target.recipe, project_dir()), target.ref)
     if args.doctor and not run_doctor_first(args, target, gpus, launcher, defaults):
         return 1
     thresholds = load_thresholds(args.thresholds)

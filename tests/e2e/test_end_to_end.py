@@ -165,6 +165,26 @@ def test_7b_plan_says_which_stages_would_rebuild_and_why(env: dict, capsys) -> N
     assert env["engine"].image_id(IMAGE) == image_id  # nothing was built
 
 
+def test_7c_a_stale_latest_is_refused_by_squash_and_validate(env: dict, capsys) -> None:
+    """After a recipe edit the lock survives (env only), :latest is an older build: squash
+    and validate of the recipe name refuse it, naming what to do, before any work."""
+    recipe = env["project"] / "recipes" / f"{RECIPE}.yaml"
+    original = recipe.read_text()
+    try:
+        recipe.write_text(original.replace("env:\n", "env:\n  IMAGEBUILD_STALE: \"edited\"\n", 1))
+        for argv in (["squash", RECIPE, "--output-dir", str(env["project"] / "stale")],
+                     ["validate", RECIPE, "--allow-cpu"]):
+            code, _out, err = timed(" ".join(argv[:2]) + " (stale :latest)", argv, capsys)
+            assert code == 2, err
+            assert f"error: {IMAGE} is not the current build of {RECIPE} (built from inputs" in err
+            assert f"hint: imagebuild build {RECIPE} first, or name the image itself" in err
+        assert not (env["project"] / "stale").exists()
+    finally:
+        recipe.write_text(original)
+    assert main(["squash", RECIPE, "--output-dir", str(env["project"] / "current"),
+                 "--formats", "sqsh"]) == 0  # the same image, current again
+
+
 def test_8_push_to_a_registry(env: dict, local_registry: str, capsys) -> None:
     code, _out, err = timed("push", ["build", RECIPE, "--push", f"{local_registry}/e2e"],
                             capsys)
