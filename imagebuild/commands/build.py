@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import replace
@@ -54,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="then build the recipe again without cache into a second tag, "
                              "squash both and compare: exit 1, naming the first differing "
                              "files, when the two .sqsh differ")
+    parser.add_argument("--json", action="store_true",
+                        help="the result (image, tags, artifacts with sha256, pushes, times) "
+                             "as JSON on stdout instead of the text summary")
     parser.add_argument("--plan", action="store_true",
                         help="build nothing: say which stages would rebuild against the "
                              "recipe's latest build, and why")
@@ -89,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     engine = open_engine(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
         result = build_recipe(prepared, options, engine=engine, say=say, progress=display)
+    if args.json:
+        print(json.dumps(result_json(recipe.name, result), indent=2))
+        return check_reproducible(prepared, options, result, engine) \
+            if args.check_reproducible else 0
     print(f"image {result.image.ref} ({result.image.image_id[:19]}) "
           f"{'built' if result.built else 'up to date'}")
     for line in format_sizes(result.artifacts):
@@ -135,6 +143,15 @@ def print_plan(prepared: PreparedBuild, options: BuildOptions) -> int:
     print(f"{sum(c.rebuilds for c in changes)} of {len(changes)} stages would rebuild "
           f"against {latest if labels is not None else 'no earlier build'}; nothing was built")
     return 0
+
+
+def result_json(recipe: str, result: BuiltImage) -> dict:
+    return {"recipe": recipe, "image": result.image.ref, "image_id": result.image.image_id,
+            "tags": list(result.image.tags), "built": result.built,
+            "artifacts": [{"kind": a.kind, "path": str(a.path), "size": a.size,
+                           "sha256": a.sha256} for a in result.artifacts],
+            "pushed": [p.pinned for p in result.pushed],
+            "seconds": {k: round(v, 2) for k, v in result.seconds.items()}}
 
 
 def say(message: str) -> None:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from imagebuild.errors import LockError, RecipeError
-from imagebuild.lock.resolve import LockOptions, check_locks, lock_recipe, parse_mirrors
+from imagebuild.lock.resolve import (
+    LockOptions,
+    check_locks,
+    lock_recipe,
+    lock_status,
+    parse_mirrors,
+)
 from imagebuild.recipe.load import load_all, load_recipe
 
 
@@ -19,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="offline: fail when a lock is stale or broken (CI)")
     parser.add_argument("--strict", action="store_true",
                         help="with --check: an unlocked recipe is fatal too")
+    parser.add_argument("--json", action="store_true",
+                        help="with --check: every recipe's lock state as JSON on stdout")
     parser.add_argument("--index-url", help="wheel index URL or directory for the ROCm wheels "
                         "(default: the recipe's; env IMAGEBUILD_WHEEL_INDEX)")
     parser.add_argument("--pypi-url", help="PyPI mirror for dependencies "
@@ -37,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
             recipes, errors = load_all(project)
             if errors:
                 raise RecipeError([p for error in errors for p in error.problems])
+        if args.json:  # the states first, then (exit 2) whatever is fatal
+            print(json.dumps([{"recipe": s.recipe, "state": s.state, "detail": s.detail}
+                              for s in (lock_status(r) for r in recipes)], indent=2))
+            check_locks(recipes, strict=args.strict)
+            return 0
         statuses = check_locks(recipes, strict=args.strict)
         for status in statuses:
             note = "" if status.state == "locked" else \

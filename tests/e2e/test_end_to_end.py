@@ -138,6 +138,14 @@ def test_7_second_build_is_a_no_op(env: dict, capsys) -> None:
     assert code == 0, err
     assert "up to date" in out
     assert "artifacts of" in err and "are up to date" in err
+    capsys.readouterr()  # the timing lines printed so far
+    code, out, err = timed("third build (no-op, --json)", [
+        "build", RECIPE, "--squash", "sqsh,sif", "--site", "cscs-beverin", "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["built"] is False and result["image"].startswith(f"imagebuild/{RECIPE}:")
+    sqsh = next(a for a in result["artifacts"] if a["kind"] == "sqsh")
+    assert Path(sqsh["path"]).stat().st_size == sqsh["size"] and len(sqsh["sha256"]) == 64
 
 
 def test_7b_plan_says_which_stages_would_rebuild_and_why(env: dict, capsys) -> None:

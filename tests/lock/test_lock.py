@@ -3,6 +3,7 @@ previous lock intact."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -174,6 +175,9 @@ def test_cli_lock_and_check(world: World, capsys: pytest.CaptureFixture[str],
     assert main(["lock", "--check", "--strict"]) == 0
     assert main(["list"]) == 0
     assert "locked" in capsys.readouterr().out
+    assert main(["lock", "--check", "--json"]) == 0
+    states = json.loads(capsys.readouterr().out)
+    assert [(s["recipe"], s["state"]) for s in states] == [("rocm-test", "locked")]
 
 
 def test_cli_index_override_from_environment(world: World, tmp_path: Path,
