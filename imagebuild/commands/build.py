@@ -101,9 +101,15 @@ def run(args: argparse.Namespace) -> int:
           f"{'built' if result.built else 'up to date'}")
     for line in format_sizes(result.artifacts):
         print(line)
-    if result.inventory is not None:
+    if result.inventory is not None and result.built:
         for line in result.inventory.lines():
             print(line)
+    elif result.inventory is not None:  # a no-op: the table is the record's, unchanged
+        sizes = result.inventory.sizes
+        print(f"sizes: {sizes.total / (1 << 20):.1f} MiB in "
+              f"{sum(files for _, _, files in sizes.rows)} files, as recorded in "
+              f"{options.output_dir / (recipe.name + '.build.json')} (the table: --json, "
+              "or the record)")
     for pushed in result.pushed:
         print(f"pushed {pushed.pinned}")
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
