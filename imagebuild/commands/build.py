@@ -101,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
           f"{'built' if result.built else 'up to date'}")
     for line in format_sizes(result.artifacts):
         print(line)
-    if result.inventory is not None and result.built:
+    fresh = result.built or result.squashed or (result.inventory is not None
+                                                and result.inventory.scanned)
+    if result.inventory is not None and fresh:
         for line in result.inventory.lines():
             print(line)
     elif result.inventory is not None:  # a no-op: the table is the record's, unchanged
