@@ -12,7 +12,6 @@ from the ELF), or from the plugin's own ELF when it is there.
 
 from __future__ import annotations
 
-import glob
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,16 +45,9 @@ def tag_key(tag: str) -> tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
-def _release_key(directory: str) -> tuple[int, ...]:
-    release = Path(directory).parent.name
-    return tuple(int(p) for p in re.findall(r"\d+", release))
-
-
 def cray_releases(root: Path, loader: Loader) -> list[str]:
     """The /opt/cray/libfabric/<release>/lib64 directories holding a libfabric, newest first."""
-    found = ["/" + str(Path(p).relative_to(root)) for p in glob.glob(str(root / CRAY_GLOB.lstrip("/")))]
-    return [d for d in sorted(found, key=_release_key, reverse=True)
-            if loader.exists(f"{d}/{SONAME}")]
+    return [d for d in matching_dirs(CRAY_GLOB, root) if loader.exists(f"{d}/{SONAME}")]
 
 
 def host_library(root: Path, settings: FabricSettings, loader: Loader) -> str | None:
