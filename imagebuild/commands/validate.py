@@ -250,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
         gpus = "rocm"
     defaults = site_defaults(args)
+    engine = None  # opened here for a recipe's image, and the run uses the same one
     if target.recipe and target.ref and launcher in ("docker", "podman"):
         from imagebuild.build.current import check_current
         from imagebuild.engine.select import open_engine
@@ -317,7 +318,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         with CheckProgress(err) as progress:
             outcome = validate(target, invocation, report_path=report_path,
-                               on_event=progress.on_event, on_line=progress.on_line)
+                               on_event=progress.on_event, on_line=progress.on_line,
+                               engine=engine)
     finally:
         if inputs_dir is not None:
             shutil.rmtree(inputs_dir, ignore_errors=True)
