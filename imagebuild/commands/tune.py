@@ -55,6 +55,10 @@ def register(subparsers: Any) -> None:
     rccl.add_argument("--sweep-results", type=Path, default=None,
                       help="CSV collective,bytes,algorithm,protocol,busbw_gbs[,nNodes,nRanks,"
                            "channels] -> nccl_tuner.conf")
+    rccl.add_argument("--records", type=Path, nargs="+", default=[], metavar="PATH",
+                      help="the tuner plugin's own records (files, or directories of "
+                           "tuner-<host>-<pid>.csv written with IMAGEBUILD_TUNER_RECORD=DIR): "
+                           "the sizes RCCL asked the tuner about, no log needed")
     rccl.add_argument("--nranks", type=int, default=None,
                       help="communicator size for per-rank tuning lines (NCCL >= 2.23 "
                            "form) when the log has no COLL or communicator line to say it")
@@ -119,14 +123,20 @@ def run_rccl(args: argparse.Namespace) -> int:
     if args.sweep:
         print("rccl sweep: skipped: GPU-only (run rccl-tests per algorithm/protocol on the "
               "nodes, then pass --sweep-results)")
-    if args.logs:
-        records = rccl.parse_logs(args.logs, nranks=args.nranks)
-        rccl.write_collectives_csv(records, args.out / "collectives.csv")
+    if args.logs or args.records:
+        from imagebuild.tune.tuner_record import parse_records
+
+        records = rccl.parse_logs(args.logs, nranks=args.nranks) if args.logs else []
+        recorded = parse_records(args.records) if args.records else []
+        rccl.write_collectives_csv(records + recorded, args.out / "collectives.csv")
         for r in records:
             print(f"{r.collective or '?':14} {r.bytes:>12} B  x{r.calls:<5} "
                   f"{r.algorithm or '?'}/{r.protocol or '?'}"
                   + (f"  nranks {r.nranks}" if r.nranks else ""))
-        print(f"{len(records)} collectives (whole-buffer bytes) -> "
+        for r in recorded:
+            print(f"{r.collective:14} {r.bytes:>12} B  nranks {r.nranks}, asked by "
+                  f"{r.calls} process(es) on {r.hosts} host(s)  (tuner record)")
+        print(f"{len(records) + len(recorded)} collectives (whole-buffer bytes) -> "
               f"{args.out / 'collectives.csv'}")
         if unnamed := sum(1 for r in records if not r.collective):
             print(f"note: {unnamed} without a collective name (the name-less tuning lines of "
@@ -137,9 +147,10 @@ def run_rccl(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "nccl_tuner.conf").write_text(rccl.tuner_config(points))
         print(f"tuner config -> {args.out / 'nccl_tuner.conf'} (NCCL_TUNER_CONFIG_FILE)")
-    if not (args.logs or args.sweep_results or args.sweep):
+    if not (args.logs or args.records or args.sweep_results or args.sweep):
         raise TuneError("tune rccl: nothing to do",
-                        hint="pass NCCL_DEBUG=INFO log files and/or --sweep-results CSV")
+                        hint="pass NCCL_DEBUG=INFO log files, --records DIR and/or "
+                             "--sweep-results CSV")
     return 0
 
 

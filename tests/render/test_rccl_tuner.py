@@ -9,7 +9,9 @@ against Debian's real RCCL 7.2.4.
 
 from __future__ import annotations
 
+import csv
 import json
+import socket
 import subprocess
 import sys
 import tarfile
@@ -153,8 +155,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
            "probe": work / "rccl-tuner-probe", "rccl": work / "librccl.so"}
     _cc("-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o", out["plain"],
         example / "plugin.c")
-    _cc("-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o", out["adapted"],
-        TEMPLATES / "rccl-tuner-v4.c")
+    _cc("-pthread", "-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o",
+        out["adapted"], TEMPLATES / "rccl-tuner-v4.c")
     _cc("-o", out["probe"], TEMPLATES / "rccl-tuner-probe.c", "-ldl")
     rccl = work / "rccl.c"
     rccl.write_text('const char* tuners[] = {"ncclTunerPlugin_v4", "ncclTunerPlugin_v3", '
@@ -224,6 +226,87 @@ def test_the_probe_refuses_a_tuner_without_v4(built) -> None:
     result = subprocess.run([str(built["probe"]), str(built["plain"]), "allreduce", "8"],
                             check=False, capture_output=True, text=True)
     assert result.returncode == 1 and "exports no ncclTunerPlugin_v4" in result.stderr
+
+
+# --- the tuner's own record of what RCCL asked -----------------------------------------------
+
+def _asked(built, record: Path | None, collective: str, sizes: str, nodes: int = 1,
+           ranks: int = 8, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {"NCCL_TUNER_CONFIG_FILE": "/nonexistent"}
+    if record is not None:
+        env["IMAGEBUILD_TUNER_RECORD"] = str(record)
+    return subprocess.run([str(built["probe"]), str(built["adapted"]), collective, sizes,
+                           str(nodes), str(ranks)], capture_output=True, text=True, env=env,
+                          check=True, cwd=cwd)
+
+
+def _record_rows(record: Path) -> list[list[str]]:
+    return [path.read_text().splitlines() for path in sorted(record.glob("tuner-*.csv"))]
+
+
+def test_the_adapter_records_each_distinct_request_once_per_process(built,
+                                                                    tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    record.mkdir()
+    first = _asked(built, record, "allreduce", "1048576,4096,1048576,302006272")
+    assert len(first.stdout.splitlines()) == 4  # every call answered, recorded or not
+    _asked(built, record, "allgather", "2101354496,2101354496", nodes=2, ranks=16)
+    header = "collective,bytes,num_pipe_ops,reg_buff,n_ranks,n_nodes"
+    assert sorted(_record_rows(record)) == sorted([
+        [header, "allreduce,1048576,1,0,8,1", "allreduce,4096,1,0,8,1",
+         "allreduce,302006272,1,0,8,1"],
+        [header, "allgather,2101354496,1,0,16,2"]])
+    # one file per process, named after host and pid
+    assert all(path.name.startswith(f"tuner-{socket.gethostname()}-")
+               for path in record.glob("*.csv"))
+
+
+def test_without_the_switch_nothing_is_recorded(built, tmp_path: Path) -> None:
+    result = _asked(built, None, "allreduce", "4096", cwd=tmp_path)
+    assert list(tmp_path.iterdir()) == [] and result.stderr == ""
+
+
+def test_an_unwritable_record_directory_never_fails_the_collective(built,
+                                                                   tmp_path: Path) -> None:
+    result = _asked(built, tmp_path / "missing", "allreduce", "4096")
+    assert result.stdout.startswith("allreduce 4096 bytes")
+    assert "IMAGEBUILD_TUNER_RECORD: cannot write" in result.stderr
+    assert "not recording" in result.stderr
+
+
+def test_tune_rccl_reads_the_records_into_the_collectives_csv(built, tmp_path: Path,
+                                                              capsys) -> None:
+    from imagebuild.cli import main
+
+    record = tmp_path / "record"
+    record.mkdir()
+    _asked(built, record, "allreduce", "4096,302006272")
+    _asked(built, record, "allreduce", "302006272")
+    _asked(built, record, "reducescatter", "4202708992", ranks=8)
+    out = tmp_path / "out"
+    assert main(["tune", "rccl", "--records", str(record), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "3 collectives (whole-buffer bytes)" in printed
+    with (out / "collectives.csv").open(newline="") as handle:
+        rows = [(r["collective"], int(r["bytes"]), int(r["calls"]), r["nranks"], r["hosts"])
+                for r in csv.DictReader(handle)]
+    assert rows == [("allreduce", 4096, 1, "8", "1"), ("allreduce", 302006272, 2, "8", "1"),
+                    ("reducescatter", 4202708992, 1, "8", "1")]
+
+
+def test_a_record_that_is_not_one_is_refused_naming_the_line(tmp_path: Path, capsys) -> None:
+    from imagebuild.cli import main
+
+    bad = tmp_path / "tuner-n1-7.csv"
+    bad.write_text("collective,bytes,num_pipe_ops,reg_buff,n_ranks,n_nodes\n"
+                   "allreduce,many,1,0,8,1\n")
+    assert main(["tune", "rccl", "--records", str(bad), "--out", str(tmp_path / "o")]) != 0
+    err = capsys.readouterr().err
+    assert f"{bad}:2: bad record row" in err
+    (tmp_path / "empty").mkdir()
+    assert main(["tune", "rccl", "--records", str(tmp_path / "empty")]) != 0
+    assert "no tuner-<host>-<pid>.csv record" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "collectives.csv").exists()
 
 
 # --- a tuner configuration named by the recipe ---------------------------------------------------

@@ -1,7 +1,8 @@
 /* rccl-tuner-probe: ask a tuner plugin what it would choose, as RCCL asks it (imagebuild).
  *
- * usage: rccl-tuner-probe PLUGIN.so COLLECTIVE BYTES [NODES RANKS]
+ * usage: rccl-tuner-probe PLUGIN.so COLLECTIVE BYTES[,BYTES...] [NODES RANKS]
  *   COLLECTIVE: broadcast, reduce, allgather, reducescatter or allreduce
+ *   BYTES: one size, or several separated by commas: one communicator asks for each in turn
  *
  * Like RCCL 2.27 (src/plugin/tuner.cc, after NCCL's): dlopen the plugin, dlsym
  * ncclTunerPlugin_v4, init(nRanks, nNodes, logger, &context), then getCollInfo with a
@@ -14,7 +15,7 @@
  * them): what the probe shows is which entry the plugin makes the cheapest, not RCCL's own
  * choice on a given machine.
  *
- * Prints one line:
+ * Prints one line per size:
  *   allreduce 1048576 bytes, 1 nodes, 8 ranks: model ring/simple -> chosen tree/ll channels 4
  * Exits 1 (naming the step) when the plugin does not load or a call fails.
  *
@@ -84,19 +85,30 @@ static void cheapest(float table[NUM_ALGORITHMS][NUM_PROTOCOLS], int* algo, int*
 
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 6) {
-    fprintf(stderr, "usage: %s PLUGIN.so COLLECTIVE BYTES [NODES RANKS]\n", argv[0]);
+    fprintf(stderr, "usage: %s PLUGIN.so COLLECTIVE BYTES[,BYTES...] [NODES RANKS]\n", argv[0]);
     return 2;
   }
   int coll = -1;
   for (int i = 0; i < (int)(sizeof(COLLECTIVES) / sizeof(*COLLECTIVES)); i++)
     if (strcmp(argv[2], COLLECTIVES[i]) == 0) coll = i;
-  char* end;
-  size_t bytes = strtoull(argv[3], &end, 10);
+  enum { MAX_SIZES = 64 };
+  size_t sizes[MAX_SIZES];
+  int n_sizes = 0;
+  int sizes_ok = 1;
+  for (char* cursor = argv[3]; sizes_ok;) {
+    char* end;
+    sizes[n_sizes++] = strtoull(cursor, &end, 10);
+    sizes_ok = end != cursor && (*end == '\0' || *end == ',');
+    if (!sizes_ok || *end == '\0') break;
+    cursor = end + 1;
+    if (n_sizes == MAX_SIZES) sizes_ok = 0;
+  }
   size_t nodes = argc == 6 ? strtoull(argv[4], NULL, 10) : 1;
   size_t ranks = argc == 6 ? strtoull(argv[5], NULL, 10) : 8;
-  if (coll < 0 || *end != '\0' || nodes == 0 || ranks == 0) {
+  if (coll < 0 || !sizes_ok || nodes == 0 || ranks == 0) {
     fprintf(stderr, "rccl-tuner-probe: COLLECTIVE is one of broadcast, reduce, allgather, "
-                    "reducescatter, allreduce; BYTES, NODES and RANKS are positive numbers\n");
+                    "reducescatter, allreduce; BYTES (up to 64, comma-separated), NODES and "
+                    "RANKS are positive numbers\n");
     return 2;
   }
   void* handle = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -115,27 +127,30 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rccl-tuner-probe: %s: init failed\n", tuner->name);
     return 1;
   }
-  float table[NUM_ALGORITHMS][NUM_PROTOCOLS];
-  model(table, bytes);
-  int model_algo, model_proto;
-  cheapest(table, &model_algo, &model_proto);
-  int channels = 0;
-  /* RCCL passes the table as float** and the plugin casts it back to rows of
-   * NUM_PROTOCOLS floats (NCCL src/enqueue.cc, updateCollCostTable). */
-  if (tuner->getCollInfo(context, coll, bytes, 1, (float**)table, NUM_ALGORITHMS,
-                         NUM_PROTOCOLS, 0, &channels) != 0) {
-    fprintf(stderr, "rccl-tuner-probe: %s: getCollInfo failed\n", tuner->name);
-    return 1;
+  for (int i = 0; i < n_sizes; i++) {
+    size_t bytes = sizes[i];
+    float table[NUM_ALGORITHMS][NUM_PROTOCOLS];
+    model(table, bytes);
+    int model_algo, model_proto;
+    cheapest(table, &model_algo, &model_proto);
+    int channels = 0;
+    /* RCCL passes the table as float** and the plugin casts it back to rows of
+     * NUM_PROTOCOLS floats (NCCL src/enqueue.cc, updateCollCostTable). */
+    if (tuner->getCollInfo(context, coll, bytes, 1, (float**)table, NUM_ALGORITHMS,
+                           NUM_PROTOCOLS, 0, &channels) != 0) {
+      fprintf(stderr, "rccl-tuner-probe: %s: getCollInfo failed\n", tuner->name);
+      return 1;
+    }
+    int algo, proto;
+    cheapest(table, &algo, &proto);
+    printf("%s %zu bytes, %zu nodes, %zu ranks: model %s/%s -> chosen %s/%s channels ",
+           COLLECTIVES[coll], bytes, nodes, ranks, ALGORITHMS[model_algo],
+           PROTOCOLS[model_proto], ALGORITHMS[algo], PROTOCOLS[proto]);
+    if (channels > 0) printf("%d\n", channels); else printf("default\n");
   }
-  int algo, proto;
-  cheapest(table, &algo, &proto);
   if (tuner->destroy(context) != 0) {
     fprintf(stderr, "rccl-tuner-probe: %s: destroy failed\n", tuner->name);
     return 1;
   }
-  printf("%s %zu bytes, %zu nodes, %zu ranks: model %s/%s -> chosen %s/%s channels ",
-         COLLECTIVES[coll], bytes, nodes, ranks, ALGORITHMS[model_algo], PROTOCOLS[model_proto],
-         ALGORITHMS[algo], PROTOCOLS[proto]);
-  if (channels > 0) printf("%d\n", channels); else printf("default\n");
   return 0;
 }
