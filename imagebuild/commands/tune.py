@@ -29,7 +29,7 @@ from typing import Any
 
 from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning import command as tuning_command
-from imagebuild.inimage.tuning import gemm_tuner
+from imagebuild.inimage.tuning import gemm_tuner, rccl_sweep
 from imagebuild.tune.problem import host_errors
 
 
@@ -62,7 +62,11 @@ def register(subparsers: Any) -> None:
     rccl.add_argument("--nranks", type=int, default=None,
                       help="communicator size for per-rank tuning lines (NCCL >= 2.23 "
                            "form) when the log has no COLL or communicator line to say it")
-    rccl.add_argument("--sweep", action="store_true", help="run the sweep here (GPU-only)")
+    rccl.add_argument("--sweep", action="store_true",
+                      help="run the sweep here (GPU-only: rccl-tests per algorithm and "
+                           "protocol over collectives.csv's sizes) into OUT/sweep.csv, then "
+                           "the tuner config from it")
+    rccl_sweep.add_rccl_sweep_arguments(rccl, with_out=False)
     rccl.set_defaults(func=run_rccl)
 
     verify = sub.add_parser("verify", help="does a bundle match here, and take effect?")
@@ -120,9 +124,6 @@ def run_gemm(args: argparse.Namespace) -> int:
 def run_rccl(args: argparse.Namespace) -> int:
     from imagebuild.tune import rccl
 
-    if args.sweep:
-        print("rccl sweep: skipped: GPU-only (run rccl-tests per algorithm/protocol on the "
-              "nodes, then pass --sweep-results)")
     if args.logs or args.records:
         from imagebuild.tune.tuner_record import parse_records
 
@@ -142,6 +143,10 @@ def run_rccl(args: argparse.Namespace) -> int:
             print(f"note: {unnamed} without a collective name (the name-less tuning lines of "
                   "NCCL <= 2.21 / RCCL 2.21); log with NCCL_DEBUG_SUBSYS=COLL,TUNING to "
                   "name them")
+    if args.sweep:
+        swept = host_errors(rccl_sweep.run_rccl_sweep)(args)
+        if swept is not None and args.sweep_results is None:
+            args.sweep_results = swept
     if args.sweep_results:
         points = read_sweep(args.sweep_results)
         args.out.mkdir(parents=True, exist_ok=True)

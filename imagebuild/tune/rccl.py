@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from imagebuild.inimage.tuning.rccl_sweep import parse_rccl_tests
+
 from .collective_log import (
     ALGORITHMS,
     PROTOCOLS,
@@ -36,20 +38,6 @@ class SweepPoint:
     n_nodes: int = -1
     n_ranks: int = -1
     channels: int = -1
-
-
-def parse_rccl_tests(text: str) -> list[tuple[int, float]]:
-    """(size in bytes, out-of-place busbw GB/s) rows of rccl-tests/nccl-tests output:
-    ``size count type redop root time algbw busbw #wrong time algbw busbw #wrong``."""
-    rows = []
-    for line in text.splitlines():
-        cells = line.split()
-        if len(cells) >= 13 and cells[0].isdigit() and cells[1].isdigit():
-            try:
-                rows.append((int(cells[0]), float(cells[7])))
-            except ValueError:
-                continue
-    return rows
 
 
 def tuner_config(points: list[SweepPoint]) -> str:

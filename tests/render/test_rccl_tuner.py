@@ -294,6 +294,43 @@ def test_tune_rccl_reads_the_records_into_the_collectives_csv(built, tmp_path: P
                     ("reducescatter", 4202708992, 1, "8", "1")]
 
 
+def test_from_the_tuners_record_to_a_config_the_tuner_applies(built, tmp_path: Path,
+                                                              capsys) -> None:
+    """The loop on CPU: the tuner records what RCCL asks; `tune rccl --records --sweep`
+    turns it into collectives.csv, sweep.csv (stand-in benchmarks: the one GPU-only part)
+    and nccl_tuner.conf; the real tuner then chooses, for each recorded size, what the sweep
+    measured fastest."""
+    from imagebuild.cli import main
+    from tests.support.rccl_tests_standin import write_standins
+
+    record = tmp_path / "record"
+    record.mkdir()
+    step = {"allreduce": [4096, 1048576, 302006272], "reducescatter": [65536, 4202708992]}
+    for collective, sizes in step.items():
+        _asked(built, record, collective, ",".join(map(str, sizes)))
+    out = tmp_path / "rccl"
+    assert main(["tune", "rccl", "--records", str(record), "--sweep", "--gpus", "8",
+                 "--rccl-tests-dir", str(write_standins(tmp_path / "bin")),
+                 "--out", str(out)]) == 0
+    assert "tuner config -> " in capsys.readouterr().out
+    with (out / "sweep.csv").open(newline="") as handle:
+        sweep = list(csv.DictReader(handle))
+    config = out / "nccl_tuner.conf"
+    for collective, sizes in step.items():
+        for size in sizes:
+            measured = min(int(r["bytes"]) for r in sweep if r["collective"] == collective
+                           and int(r["bytes"]) >= size)
+            fastest = max((r for r in sweep if r["collective"] == collective
+                           and int(r["bytes"]) == measured), key=lambda r: float(r["busbw_gbs"]))
+            chosen = _probe(built, config, collective, size)
+            assert chosen == f"{fastest['algorithm']}/{fastest['protocol']}", (collective, size)
+    # the stand-ins' model makes the choice differ by size, and from the probe's own model
+    assert _probe(built, config, "allreduce", 4096) == "tree/ll"
+    assert _probe(built, config, "allreduce", 302006272) == "ring/simple"
+    assert _probe(built, None, "reducescatter", 65536) != _probe(built, config,
+                                                                "reducescatter", 65536)
+
+
 def test_a_record_that_is_not_one_is_refused_naming_the_line(tmp_path: Path, capsys) -> None:
     from imagebuild.cli import main
 

@@ -10,6 +10,10 @@ the training runs, in the image (its ``imagebuild`` shim runs this package) or o
            tuning bundle: tuned files + tuning.json (recipe, library versions, GPU)
   verify   the bundle matches this image and GPU, and GEMMs run without and with it show
            that it is in effect (per-problem TFLOP/s and speed-up; GPU-only)
+  rccl-sweep
+           rccl-tests for every algorithm and protocol, forced in turn, over the sizes of
+           collectives.csv on this node's GPUs: sweep.csv for `imagebuild tune rccl
+           --sweep-results` (GPU-only)
 
 Standard library and torch only, like every in-image check.
 """
@@ -24,6 +28,7 @@ from typing import Any
 
 from .gemm_tuner import add_gemm_arguments, run_gemm
 from .problems import ProblemError, ProblemStat, time_shares, write_csv
+from .rccl_sweep import add_rccl_sweep_arguments, run_rccl_sweep
 
 DEFAULT_PROBLEMS = "tuning/problems.csv"
 
@@ -137,12 +142,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_gemm_arguments(sub.add_parser("gemm", help="tune the problems on this GPU; write a "
                                                    "bundle"))
     add_verify_arguments(sub.add_parser("verify", help="is a bundle in effect here?"))
+    add_rccl_sweep_arguments(sub.add_parser("rccl-sweep", help="rccl-tests per algorithm and "
+                                                               "protocol: sweep.csv"))
     return parser
+
+
+def run_rccl_sweep_step(args: argparse.Namespace) -> int:
+    sweep_csv = run_rccl_sweep(args)
+    if sweep_csv is not None:
+        print(f"next: imagebuild tune rccl --sweep-results {sweep_csv} (the tuner config)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    steps = {"shapes": run_shapes, "gemm": run_gemm, "verify": run_verify}
+    steps = {"shapes": run_shapes, "gemm": run_gemm, "verify": run_verify,
+             "rccl-sweep": run_rccl_sweep_step}
     try:
         return steps[args.step](args)
     except ProblemError as exc:
