@@ -59,6 +59,10 @@ def register(subparsers: Any) -> None:
                       help="the tuner plugin's own records (files, or directories of "
                            "tuner-<host>-<pid>.csv written with IMAGEBUILD_TUNER_RECORD=DIR): "
                            "the sizes RCCL asked the tuner about, no log needed")
+    rccl.add_argument("--bundle", type=Path, default=None,
+                      help="also put the tuner config into this tuning bundle (tuning.json "
+                           "from `tune gemm`), so `validate --tuning`, `tune edf` and "
+                           "`build --tuning` set NCCL_TUNER_CONFIG_FILE for the job")
     rccl.add_argument("--nranks", type=int, default=None,
                       help="communicator size for per-rank tuning lines (NCCL >= 2.23 "
                            "form) when the log has no COLL or communicator line to say it")
@@ -124,6 +128,9 @@ def run_gemm(args: argparse.Namespace) -> int:
 def run_rccl(args: argparse.Namespace) -> int:
     from imagebuild.tune import rccl
 
+    if args.bundle is not None and not (args.sweep_results or args.sweep):
+        raise TuneError("tune rccl --bundle: no tuner config to add",
+                        hint="with --sweep-results CSV or --sweep")
     if args.logs or args.records:
         from imagebuild.tune.tuner_record import parse_records
 
@@ -150,8 +157,14 @@ def run_rccl(args: argparse.Namespace) -> int:
     if args.sweep_results:
         points = read_sweep(args.sweep_results)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "nccl_tuner.conf").write_text(rccl.tuner_config(points))
+        config = rccl.tuner_config(points)
+        (args.out / "nccl_tuner.conf").write_text(config)
         print(f"tuner config -> {args.out / 'nccl_tuner.conf'} (NCCL_TUNER_CONFIG_FILE)")
+        if args.bundle is not None:
+            path = rccl.add_to_bundle(args.bundle, config)
+            print(f"tuner config -> {path} (the bundle sets NCCL_TUNER_CONFIG_FILE; the "
+                  "image's tuner plugin, recipe rccl_tuner, reads it)")
+
     if not (args.logs or args.records or args.sweep_results or args.sweep):
         raise TuneError("tune rccl: nothing to do",
                         hint="pass NCCL_DEBUG=INFO log files, --records DIR and/or "

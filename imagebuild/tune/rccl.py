@@ -9,10 +9,13 @@ imagebuild.tune.collective_log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
+from imagebuild.inimage.tuning.bundle_format import write_bundle
 from imagebuild.inimage.tuning.rccl_sweep import parse_rccl_tests
 
+from .bundle import read_bundle
 from .collective_log import (
     ALGORITHMS,
     PROTOCOLS,
@@ -22,7 +25,7 @@ from .collective_log import (
     write_collectives_csv,
 )
 
-__all__ = ["CollectiveRecord", "SweepPoint", "parse_logs", "parse_rccl_tests",
+__all__ = ["CollectiveRecord", "SweepPoint", "add_to_bundle", "parse_logs", "parse_rccl_tests",
            "tuner_config", "write_collectives_csv"]
 
 
@@ -68,3 +71,21 @@ def tuner_config(points: list[SweepPoint]) -> str:
                              f"{point.channels},{nodes},{ranks},-1,-1")
                 low = point.bytes + 1
     return "\n".join(lines) + "\n"
+
+
+#: The tuner config's name in a tuning bundle (kind ``rccl_tuner_config``).
+BUNDLE_CONFIG = "nccl_tuner.conf"
+
+
+def add_to_bundle(bundle_dir: Path, config: str) -> Path:
+    """Write the config into a tuning bundle and record it in tuning.json, so the bundle's
+    runtime wiring (validate --tuning, tune edf, build --tuning) sets
+    NCCL_TUNER_CONFIG_FILE; each file written whole, then renamed."""
+    bundle = read_bundle(bundle_dir)
+    path = bundle_dir / BUNDLE_CONFIG
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(config)
+    tmp.replace(path)
+    write_bundle(bundle_dir, replace(bundle, files=dict(bundle.files,
+                                                        rccl_tuner_config=BUNDLE_CONFIG)))
+    return path

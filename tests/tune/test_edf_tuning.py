@@ -121,3 +121,39 @@ def test_tune_edf_needs_the_squashfs_first(tmp_path, monkeypatch):
     with pytest.raises(TuneError, match=r"cpu-demo.sqsh: no squashfs image.*\n"
                                         r"hint: imagebuild squash cpu-demo --site"):
         run(["edf", str(tmp_path / "bundle"), "cpu-demo", "--site", SITE])
+
+
+def test_a_tuner_config_in_the_bundle_reaches_the_job_through_the_edf(tmp_path, monkeypatch,
+                                                                       capsys):
+    """`tune rccl --bundle` puts the config beside the GEMM files; the EDF mounts it and
+    names it in NCCL_TUNER_CONFIG_FILE, which the image's tuner plugin reads."""
+    monkeypatch.setenv("IMAGEBUILD_PROJECT", str(tmp_path))
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "cpu-demo.yaml").write_text(RECIPE)
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    squashfs(artifacts, "cpu-demo")
+    bundle_dir = tmp_path / "bundle"
+    cpu_bundle(bundle_dir, recipe="cpu-demo")
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("collective,bytes,algorithm,protocol,busbw_gbs,nNodes,nRanks\n"
+                     "allreduce,65536,tree,ll,20.0,1,8\n"
+                     "allreduce,65536,ring,simple,9.0,1,8\n")
+    record = tmp_path / "tuner-n1-7.csv"
+    record.write_text("collective,bytes,num_pipe_ops,reg_buff,n_ranks,n_nodes\n"
+                      "allreduce,65536,1,0,8,1\n")
+    with pytest.raises(TuneError, match="no tuner config to add"):
+        run(["rccl", "--bundle", str(bundle_dir), "--records", str(record),
+             "--out", str(tmp_path / "rccl")])
+    assert not (tmp_path / "rccl").exists()  # refused before any work
+    assert run(["rccl", "--sweep-results", str(sweep), "--bundle", str(bundle_dir),
+                "--out", str(tmp_path / "rccl")]) == 0
+    config = (tmp_path / "rccl" / "nccl_tuner.conf").read_text()
+    assert (bundle_dir / "nccl_tuner.conf").read_text() == config
+    assert "allreduce,0,65536,tree,ll,-1,1,8,-1,-1" in config
+    assert read_bundle(bundle_dir).files["rccl_tuner_config"] == "nccl_tuner.conf"
+    capsys.readouterr()
+    assert run(["edf", str(bundle_dir), "cpu-demo", "--site", SITE]) == 0
+    edf = read_edf(artifacts / "cpu-demo-tuning.toml")
+    assert edf["env"]["NCCL_TUNER_CONFIG_FILE"] == f"{MOUNT}/nccl_tuner.conf"
+    assert f"{bundle_dir.resolve()}:{MOUNT}:ro" in edf["mounts"]

@@ -36,8 +36,9 @@ from .problems import ProblemError
 
 BUNDLE_FILE = "tuning.json"
 FORMAT = 1
-#: Kinds of tuned file a bundle may hold, and the library that reads each.
-FILE_KINDS = ("hipblaslt_override", "tunableop", "te_algo")
+#: Kinds of tuned file a bundle may hold, and the library that reads each (hipBLASLt,
+#: TunableOp, TransformerEngine, the image's RCCL tuner plugin).
+FILE_KINDS = ("hipblaslt_override", "tunableop", "te_algo", "rccl_tuner_config")
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ DEFAULT_MOUNT_POINT = "/opt/imagebuild/tuning"
 #: Every variable a bundle may set: a run "without the bundle" unsets them all.
 TUNING_VARIABLES = ("HIPBLASLT_TUNING_OVERRIDE_FILE", "PYTORCH_TUNABLEOP_ENABLED",
                     "PYTORCH_TUNABLEOP_TUNING", "PYTORCH_TUNABLEOP_FILENAME",
-                    "TE_HIPBLASLT_ALGO_LOAD")
+                    "TE_HIPBLASLT_ALGO_LOAD", "NCCL_TUNER_CONFIG_FILE")
 
 
 def ordinal_name(name: str, device: int) -> str:
@@ -150,6 +151,9 @@ def tuning_env(bundle: Bundle, mount_point: str = DEFAULT_MOUNT_POINT) -> dict[s
                    PYTORCH_TUNABLEOP_FILENAME=f"{mount_point}/{files['tunableop']}")
     if "te_algo" in files:
         env["TE_HIPBLASLT_ALGO_LOAD"] = f"{mount_point}/{files['te_algo']}"
+    if "rccl_tuner_config" in files:
+        # read by the tuner plugin the image names in NCCL_TUNER_PLUGIN (recipe rccl_tuner)
+        env["NCCL_TUNER_CONFIG_FILE"] = f"{mount_point}/{files['rccl_tuner_config']}"
     return env
 
 
