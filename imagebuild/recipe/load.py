@@ -9,6 +9,7 @@ because every leaf remembers the file and line it came from.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,8 +87,14 @@ def recipe_names(project: Path | None = None) -> list[str]:
     directory = recipes_dir(project)
     if not directory.is_dir():
         return []
-    return sorted(p.stem for p in directory.glob(f"*{RECIPE_SUFFIX}")
-                  if not p.name.startswith("_"))
+    return sorted((p.stem for p in directory.glob(f"*{RECIPE_SUFFIX}")
+                   if not p.name.startswith("_")), key=natural_key)
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Numbers compared as numbers: rocm-6.4.4 < rocm-7.2.4 < rocm-7.14.1 < rocm-10.1.0."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part)
+                 for part in re.split(r"(\d+)", name) if part)
 
 
 def find_recipe(name_or_path: str, project: Path | None = None) -> Path:
