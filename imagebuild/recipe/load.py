@@ -42,6 +42,7 @@ from imagebuild.recipe.model import (
     WheelLayout,
     Wheels,
 )
+from imagebuild.recipe.rocm_layout import is_therock_line, system_prefix
 
 RECIPE_SUFFIX = ".yaml"
 
@@ -51,7 +52,6 @@ DEFAULTS: dict[str, Any] = {
     "description": "",
     "os_packages": [],
     "rocm_from": "base_image",
-    "rocm_prefix": "/opt/rocm",
     "build_packages": [],
     "sites": [],
     "python": "3.12",
@@ -373,6 +373,8 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
     if problems:
         return None
     data = _with_defaults(merged)
+    # Not in DEFAULTS: the directory depends on the release line (rocm_layout).
+    data.setdefault("rocm_prefix", system_prefix(data["rocm"]))
     for name, value in data["wheels"]["packages"].items():
         if value is None:
             problem(("wheels", "packages", name), "null here removes nothing inherited")
@@ -389,9 +391,11 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
     if rocm_wheels:
         layout, index_url = _wheels_layout(data, index_url)
         family, extras = _wheels_targets(data, layout, problem)
+    elif rocm is not None and is_therock_line(rocm):
+        _untested_checks(data, "a TheRock base image", problem)
     elif data["accept_untested_targets"]:
-        problem(("accept_untested_targets",), "only applies to rocm_from: wheels (the "
-                "TheRock lines); a base image's ROCm has its own support list")
+        problem(("accept_untested_targets",), "only applies to the TheRock lines (7.14.x, "
+                "10.x); a packaged ROCm base image has its own support list")
     if index_url is None:
         if rocm is None:
             problem(("wheels", "index_url"),
@@ -536,14 +540,8 @@ def _wheels_targets(data: dict[str, Any], layout: WheelLayout,
     """Checks of a recipe whose ROCm comes from wheels; returns its GPU family index
     (per-family layout) or the device extras of its targets (multi-arch)."""
     _wheels_checks(data, problem)
+    _untested_checks(data, "rocm_from: wheels", problem)
     targets = data["gpu_targets"]
-    for target in data["accept_untested_targets"]:
-        if target not in targets:
-            problem(("accept_untested_targets",),
-                    f"{target} is not in gpu_targets ({', '.join(targets) or 'none'})")
-    for why in untested(targets, data["accept_untested_targets"]):
-        problem(("gpu_targets",), f"rocm_from: wheels: {why}; to build it anyway, list the "
-                "target under accept_untested_targets")
     try:
         if layout == "multi-arch":
             return None, device_extras(targets)
@@ -551,6 +549,19 @@ def _wheels_targets(data: dict[str, Any], layout: WheelLayout,
     except FamilyError as exc:
         problem(("gpu_targets",), f"rocm_from: wheels: {exc}")
         return None, ()
+
+
+def _untested_checks(data: dict[str, Any], where: str,
+                     problem: Callable[[Path_, str], None]) -> None:
+    """gfx90a and the other targets TheRock does not release-test, unless accepted."""
+    targets = data["gpu_targets"]
+    for target in data["accept_untested_targets"]:
+        if target not in targets:
+            problem(("accept_untested_targets",),
+                    f"{target} is not in gpu_targets ({', '.join(targets) or 'none'})")
+    for why in untested(targets, data["accept_untested_targets"]):
+        problem(("gpu_targets",), f"{where}: {why}; to build it anyway, list the target "
+                "under accept_untested_targets")
 
 
 def _wheels_checks(data: dict[str, Any], problem: Callable[[Path_, str], None]) -> None:

@@ -123,8 +123,10 @@ RECIPE = Obj(
                           grammar.IMAGE_REFERENCE),
         "os_packages": Seq(Str("a Debian/Ubuntu package name, optionally =version",
                                grammar.OS_PACKAGE)),
-        "rocm_prefix": Str("the absolute directory ROCm is installed in, like /opt/rocm "
-                           "(Debian's own HIP/RCCL packages: /usr)", grammar.ABSOLUTE_DIR),
+        "rocm_prefix": Str("the absolute directory ROCm is installed in (default: the release "
+                           "line's, /opt/rocm up to 7.2.x, /opt/rocm/core on 7.14.x, "
+                           "/opt/rocm/core-X.Y from 10.0; Debian's own HIP/RCCL packages: "
+                           "/usr)", grammar.ABSOLUTE_DIR),
         "build_packages": Seq(Str("a Debian/Ubuntu package name the source builds need "
                                   "(compilers, autotools, ROCm development packages)",
                                   grammar.OS_PACKAGE)),

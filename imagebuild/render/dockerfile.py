@@ -39,6 +39,7 @@ from imagebuild.lock.check import display
 from imagebuild.lock.lockfile import lock_path
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.model import Recipe
+from imagebuild.recipe.rocm_layout import PACKAGED_PREFIX
 from imagebuild.render.layout import (
     DEVICE_CODE_CHECK,
     DEVICE_CODE_REPORT,
@@ -203,6 +204,10 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
                         "selector": SELECTOR_FILE if lock and lock.selector else None}
         if recipe.rocm_wheels else None,
         "venv": VENV,
+        # A ROCm outside /opt/rocm (the Core SDK's /opt/rocm/core-X.Y): named for the
+        # programs and checks that look for ROCM_PATH, then /opt/rocm.
+        "rocm_path": recipe.rocm_prefix if recipe.rocm and not recipe.rocm_wheels
+        and recipe.rocm_prefix not in (PACKAGED_PREFIX, "/usr") else None,
         # Directories the final image's PATH gets after the base image's own.
         "path_after": [*([plan.rccl_tests.bin_dir] if plan.rccl_tests else []),
                        *([f"{plan.rccl_tuner.prefix}/bin"] if plan.rccl_tuner else [])],

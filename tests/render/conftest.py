@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.recipe.load import natural_key
 from tests.support.engine_env import (  # noqa: F401  (pytest fixtures)
     base_image,
     docker_engine,
@@ -25,7 +26,8 @@ from tests.support.indexserver import index_server  # noqa: F401  (pytest fixtur
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SHIPPED = sorted(p.stem for p in (REPO / "recipes").glob("*.yaml") if not p.name.startswith("_"))
+SHIPPED = sorted((p.stem for p in (REPO / "recipes").glob("*.yaml") if not p.name.startswith("_")),
+                 key=natural_key)
 
 
 @pytest.fixture
