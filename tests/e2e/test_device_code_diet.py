@@ -7,7 +7,10 @@ ELF libraries, with kernel files for four architectures named like the real ones
 hipblaslt/library/extop_<gfx>.co, share/miopen/db/<gfx><CUs>.kdb). The torch wheel's
 libtorch_hip links the three, as the ".lw" wheels link the base image's ROCm. A 7.2.4 recipe
 for gfx942 is locked and built: the image keeps gfx942's kernel files only, the size table
-says what went, and a target the base image has no kernels for fails the build.
+says what went, and a target the base image has no kernels for fails the build. The same
+runs on a stand-in of a ROCm Core SDK 10.1 base (ROCm in /opt/rocm/core-10.1, with the
+/opt/rocm/lib link package installs add): the recipe's default rocm_prefix is that directory
+and the diet and its check work there.
 
 What only a cluster shows: the real files' names in AMD's images, and kernels at work."""
 
@@ -29,9 +32,9 @@ from tests.support.indexserver import IndexServer
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 NAME = "device-diet-e2e"
-IMAGE = latest_tag(NAME)
-BASE = f"{REGISTRY}/imagebuild-test/rocm-standin:7.2.4"
-TORCH = "2.9.1+rocm7.2.4.lw.git0d1e7c0d"
+#: ROCm release of the stand-in -> (where it installs ROCm, the torch version it pins)
+LINES = {"7.2.4": ("/opt/rocm", "2.9.1+rocm7.2.4.lw.git0d1e7c0d"),
+         "10.1.0": ("/opt/rocm/core-10.1", "2.14.0+rocm10.1.0")}
 ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1100")
 KERNEL_SIZE = 256 * 1024
 KERNELS = {
@@ -44,7 +47,7 @@ LIBRARIES = ("librocblas.so.4", "libhipblaslt.so.0", "libMIOpen.so.1")
 RECIPE = """\
 version: 1
 description: packaged ROCm stand-in, device code for gfx942 only
-rocm: 7.2.4
+rocm: {rocm}
 base_image: {base}
 python: "3.11"
 wheels:
@@ -64,10 +67,14 @@ def gcc(out: Path, *args: str) -> None:
     source.unlink()
 
 
-def standin_base(work: Path) -> str:
-    """/opt/rocm's libraries and kernel files on the registry's Debian base, pushed."""
-    rocm = work / "context" / "opt" / "rocm"
+def standin_base(work: Path, prefix: str) -> str:
+    """ROCm's libraries and kernel files under ``prefix`` (for the Core SDK, with the
+    /opt/rocm/lib link its packages add) on the registry's Debian base."""
+    rocm = work / "context" / prefix.lstrip("/")
     (rocm / "lib").mkdir(parents=True)
+    if prefix != "/opt/rocm":
+        (work / "context" / "opt" / "rocm" / "lib").symlink_to(
+            f"{Path(prefix).name}/lib")
     for soname in LIBRARIES:
         gcc(rocm / "lib" / soname, f"-Wl,-soname,{soname}")
     for directory, names in KERNELS.items():
@@ -77,69 +84,80 @@ def standin_base(work: Path) -> str:
     return str(rocm / "lib")
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, registry_base_image: str,
-          docker_engine) -> Iterator[dict]:
+@pytest.fixture(scope="module", params=sorted(LINES), ids=lambda rocm: f"rocm-{rocm}")
+def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+          registry_base_image: str, docker_engine) -> Iterator[dict]:
+    rocm = request.param
+    prefix, torch = LINES[rocm]
+    name = NAME if rocm == "7.2.4" else f"{NAME}-{rocm.split('.')[0]}"
+    base = f"{REGISTRY}/imagebuild-test/rocm-standin:{rocm}"
     work = tmp_path_factory.mktemp("standin")
-    libdir = standin_base(work)
+    libdir = standin_base(work, prefix)
     (work / "context" / "Dockerfile").write_text(f"FROM {registry_base_image}\nCOPY opt /opt\n"
                                                  "RUN ldconfig\n")
-    for command in (["build", "--network", "host", "-t", BASE, str(work / "context")],
-                    ["push", BASE]):
+    for command in (["build", "--network", "host", "-t", base, str(work / "context")],
+                    ["push", base]):
         subprocess.run(["/usr/bin/docker", *command], check=True, capture_output=True)
     # torch's HIP library links the base image's ROCm, as a ".lw" wheel does.
     gcc(work / "libtorch_hip.so", "-Wl,--no-as-needed", f"-L{libdir}",
-        *(f"-l:{name}" for name in LIBRARIES), "-Wl,--enable-new-dtags,-rpath,/opt/rocm/lib")
+        *(f"-l:{lib}" for lib in LIBRARIES), f"-Wl,--enable-new-dtags,-rpath,{prefix}/lib")
     index = work / "index"
-    make_wheel(index, "torch", TORCH, "cp311", files={
-        "torch/__init__.py": f'__version__ = "{TORCH}"\n'.encode(),
+    make_wheel(index, "torch", torch, "cp311", files={
+        "torch/__init__.py": f'__version__ = "{torch}"\n'.encode(),
         "torch/lib/libtorch_hip.so": (work / "libtorch_hip.so").read_bytes()})
     project = tmp_path_factory.mktemp("project")
     (project / "recipes").mkdir()
     with IndexServer(index) as server, \
             imagebuild_env(project, tmp_path_factory.mktemp("cache")):
-        def recipe(name: str, targets: str) -> None:
-            (project / "recipes" / f"{name}.yaml").write_text(RECIPE.format(
-                base=BASE, index=server.url, torch=TORCH, targets=targets))
-            assert main(["lock", name]) == 0
+        def recipe(recipe_name: str, targets: str) -> None:
+            (project / "recipes" / f"{recipe_name}.yaml").write_text(RECIPE.format(
+                rocm=rocm, base=base, index=server.url, torch=torch, targets=targets))
+            assert main(["lock", recipe_name]) == 0
 
-        recipe(NAME, "gfx942")
-        assert main(["build", NAME]) == 0
-        recipe(f"{NAME}-gfx1030", "gfx942, gfx1030")
-        failed = main(["build", f"{NAME}-gfx1030"])
-        yield {"project": project, "failed": failed}
+        recipe(name, "gfx942")
+        assert main(["build", name]) == 0
+        recipe(f"{name}-gfx1030", "gfx942, gfx1030")
+        failed = main(["build", f"{name}-gfx1030"])
+        yield {"project": project, "failed": failed, "name": name, "prefix": prefix,
+               "image": latest_tag(name)}
 
 
-def run(*command: str) -> str:
-    result = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", IMAGE,
-                             *command], capture_output=True, text=True, timeout=120, check=False)
+def run(built: dict, *command: str) -> str:
+    result = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none",
+                             built["image"], *command], capture_output=True, text=True,
+                            timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def test_only_the_targets_kernel_files_are_left(built: dict) -> None:
-    left = set(run("find", "/opt/rocm/lib", "/opt/rocm/share", "-type", "f").split())
-    kept = {f"/opt/rocm/lib/rocblas/library/{n}" for n in (
+    rocm = built["prefix"]
+    left = set(run(built, "find", f"{rocm}/lib", f"{rocm}/share", "-type", "f").split())
+    kept = {f"{rocm}/lib/rocblas/library/{n}" for n in (
         "TensileLibrary_lazy_gfx942.dat", "Kernels.so-000-gfx942.hsaco", "TensileManifest.txt")}
-    kept |= {"/opt/rocm/lib/hipblaslt/library/extop_gfx942.co",
-             "/opt/rocm/share/miopen/db/gfx942130.kdb"}
-    kept |= {f"/opt/rocm/lib/{name}" for name in LIBRARIES}
+    kept |= {f"{rocm}/lib/hipblaslt/library/extop_gfx942.co",
+             f"{rocm}/share/miopen/db/gfx942130.kdb"}
+    kept |= {f"{rocm}/lib/{name}" for name in LIBRARIES}
     assert left == kept
+    if rocm != "/opt/rocm":  # the Core SDK's ROCm is named for the image's programs
+        assert f"ROCM_PATH={rocm}" in run(built, "env").split()
 
 
 def test_the_report_and_the_size_table_say_what_went(built: dict) -> None:
-    report = json.loads(run("cat", "/opt/imagebuild/device-code.json"))
+    report = json.loads(run(built, "cat", "/opt/imagebuild/device-code.json"))
     assert report["removed_files"] == 10  # 3 architectures x 3 files, and gfx90a's database
     assert report["removed_bytes"] == 10 * KERNEL_SIZE
     libraries = {Path(entry["library"]).name: entry["files"] for entry in report["checked"]}
     assert libraries == {"librocblas.so.4": {"gfx942": 2}, "libhipblaslt.so.0": {"gfx942": 1},
                          "libMIOpen.so.1": {"gfx942": 1}}
-    record = json.loads((built["project"] / "artifacts" / f"{NAME}.build.json").read_text())
+    record = json.loads((built["project"] / "artifacts" / f"{built['name']}.build.json")
+                        .read_text())
     assert record["sizes"]["device_code_removed"] == {"bytes": 10 * KERNEL_SIZE, "files": 10}
 
 
 def test_a_target_the_base_image_has_no_kernels_for_fails_the_build(built: dict) -> None:
     assert built["failed"] != 0
-    log = (built["project"] / "artifacts" / f"{NAME}-gfx1030" / "build.log").read_text()
-    assert ("/opt/rocm/lib/librocblas.so.4 loads its kernels from /opt/rocm/lib/rocblas/library,"
+    log = (built["project"] / "artifacts" / f"{built['name']}-gfx1030" / "build.log").read_text()
+    rocm = built["prefix"]
+    assert (f"{rocm}/lib/librocblas.so.4 loads its kernels from {rocm}/lib/rocblas/library,"
             " which holds none for gfx1030 (nor did the base image)") in log
