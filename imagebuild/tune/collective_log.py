@@ -30,13 +30,13 @@ protocols 0 LL, 1 LL128, 2 SIMPLE.
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuild.errors import TuneError
+from imagebuild.inimage.tuning.csv_files import write_rows
 
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -204,13 +204,7 @@ def parse_logs(paths: Iterable[Path], nranks: int | None = None) -> list[Collect
 
 def write_collectives_csv(records: list[CollectiveRecord], path: Path) -> None:
     """collectives.csv (CSV_COLUMNS), written to a temporary name, then renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(CSV_COLUMNS)
-        for r in records:
-            writer.writerow([r.collective, r.bytes, r.calls, r.algorithm, r.protocol,
-                             "" if r.model_time_us is None else r.model_time_us,
-                             "" if r.nranks is None else r.nranks, r.hosts])
-    tmp.replace(path)
+    write_rows(path, CSV_COLUMNS, ([r.collective, r.bytes, r.calls, r.algorithm, r.protocol,
+                                    "" if r.model_time_us is None else r.model_time_us,
+                                    "" if r.nranks is None else r.nranks, r.hosts]
+                                   for r in records))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .bench import PROBLEM_COLUMNS
+from .csv_files import write_rows
 
 
 class ProblemError(ValueError):
@@ -98,19 +99,13 @@ def time_shares(stats: list[ProblemStat]) -> list[float | None]:
 
 def write_csv(stats: list[ProblemStat], path: Path) -> None:
     """The problems CSV (PROBLEM_COLUMNS); written to a temporary name, then renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(PROBLEM_COLUMNS)
-        for stat, share in zip(stats, time_shares(stats), strict=True):
-            p = stat.problem
-            writer.writerow([p.m, p.n, p.k, p.batch_count, p.trans_a, p.trans_b, p.a_type,
-                             p.b_type, p.c_type, p.d_type, p.compute_type, stat.count,
-                             "" if share is None else f"{share:.6f}",
-                             "" if stat.time_us is None else f"{stat.time_us:.3f}",
-                             stat.origin])
-    tmp.replace(path)
+    write_rows(path, PROBLEM_COLUMNS, (
+        [stat.problem.m, stat.problem.n, stat.problem.k, stat.problem.batch_count,
+         stat.problem.trans_a, stat.problem.trans_b, stat.problem.a_type, stat.problem.b_type,
+         stat.problem.c_type, stat.problem.d_type, stat.problem.compute_type, stat.count,
+         "" if share is None else f"{share:.6f}",
+         "" if stat.time_us is None else f"{stat.time_us:.3f}", stat.origin]
+        for stat, share in zip(stats, time_shares(stats), strict=True)))
 
 
 def read_csv(path: Path) -> list[ProblemStat]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .csv_files import write_rows
 from .problems import ProblemError
 
 RCCL_TESTS_BIN = Path("/opt/rccl-tests/bin")
@@ -153,15 +154,8 @@ def run_sweep(ranges: Mapping[str, tuple[int, int]], gpus: int, bin_dir: Path = 
 
 def write_sweep_csv(rows: Sequence[SweepRow], path: Path) -> None:
     """sweep.csv (SWEEP_COLUMNS; one node, so nNodes 1), written whole, then renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(SWEEP_COLUMNS)
-        for row in rows:
-            writer.writerow([row.collective, row.bytes, row.algorithm, row.protocol,
-                             row.busbw_gbs, 1, row.n_ranks, -1])
-    tmp.replace(path)
+    write_rows(path, SWEEP_COLUMNS, ([row.collective, row.bytes, row.algorithm, row.protocol,
+                                      row.busbw_gbs, 1, row.n_ranks, -1] for row in rows))
 
 
 def add_rccl_sweep_arguments(parser: argparse.ArgumentParser, with_out: bool = True) -> None:
