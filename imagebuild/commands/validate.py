@@ -23,6 +23,7 @@ from imagebuild.inimage.options import add_arguments
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.site import SiteProfile, load_site
 from imagebuild.validate.host import GPU_KINDS, LAUNCHERS, choose_launcher, validate
+from imagebuild.validate.input_binds import host_path_binds
 from imagebuild.validate.invocation import (
     CONTAINER_LAUNCHERS,
     Invocation,
@@ -245,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
     requested = "local" if args.local and args.launcher == "auto" else args.launcher
     launcher = choose_launcher(target, requested, shutil.which)
     container = runs_in_container(launcher, target)
+    # before anything runs, and before the runner flags are made: they carry resolved paths
+    inputs = host_path_binds(args, container)
     gpus = "none" if args.cpu else (detect_gpu_kind() if args.gpus == "auto" else args.gpus)
     if launcher == "sbatch" and not args.cpu and args.gpus == "auto" and gpus == "none":
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
@@ -306,7 +309,8 @@ def run(args: argparse.Namespace) -> int:
         env={**container_env(defaults, launcher, target, dict(os.environ)),
              **(tuning.env if tuning else {})},
         bind_host_rocm=bool(defaults.bind_host_rocm.value),
-        binds=(*(binds if launcher != "local" else ()), *(tuning.binds if tuning else ())),
+        binds=(*(binds if launcher != "local" else ()), *(tuning.binds if tuning else ()),
+               *inputs),
         library_dir=defaults.library_dir)
     spec = sbatch_spec(args, defaults) if launcher == "sbatch" else None
     report_path = Path(args.report) if args.report else None
