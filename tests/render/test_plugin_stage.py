@@ -477,3 +477,17 @@ def test_a_tune_rccl_config_changes_the_choice_in_the_image_for_its_sizes_only(
     # the named sizes on 1 node x 8 ranks change; larger sizes and 2 x 16 keep the model's
     assert tuned == ["ring/ll", "ring/ll", "tree/simple", "tree/simple", "ring/simple",
                      "ring/simple", "tree/ll"]
+
+
+def test_the_tuner_in_the_image_records_what_it_is_asked(project: dict) -> None:
+    """IMAGEBUILD_TUNER_RECORD=DIR: the adapter built in the image records each distinct
+    request once per process (what `imagebuild tune rccl --records DIR` reads)."""
+    image = project["images"][TUNER_IMAGE]
+    script = ('mkdir -p /tmp/record && IMAGEBUILD_TUNER_RECORD=/tmp/record '
+              'rccl-tuner-probe "$NCCL_TUNER_PLUGIN" reducescatter 4096,302006272,4096 1 8 '
+              '>/dev/null && cat /tmp/record/tuner-*.csv')
+    ran = docker("run", "--rm", image, "bash", "-c", script, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["collective,bytes,num_pipe_ops,reg_buff,n_ranks,n_nodes",
+                                       "reducescatter,4096,1,0,8,1",
+                                       "reducescatter,302006272,1,0,8,1"]
