@@ -17,6 +17,14 @@
 #
 # Figures are for the configuration each report prints; a reduced run says it is a proxy.
 #
+# Re-run 2026-11-26 at 0a204a5 on the same card, torch and Megatron commit (STEPS one at a
+# time): validate passed in 49 s: gemm 713.3 TFLOP/s (72% of 989; worst [128256, 4096, 8192]
+# 589.5), attention fwd 572.5 / bwd 475.9 / fwd+bwd 500.0 TFLOP/s, train 25 of 32 blocks
+# (AC full, seq 8192) 8,507 tokens/s, 391 TFLOP/s, MFU 39.5 %, HFU 51.8 % (proxy);
+# megatron 4 blocks 21,866 tokens/s, 218.5 TFLOP/s (Megatron's), 375 ms/iteration, lm loss
+# 12.60 -> 3.45 (proxy); tune: TunableOp again kept "Default" for the top 4 problems and
+# verify failed it as not in effect (701.8/714.8/686.1/689.2 -> 701.7/718.2/688.2/701.3).
+#
 # Measured 2026-11-26 on one NVIDIA H200 (141 GB, driver 580.159.04), torch 2.11.0+cu130,
 # Python 3.12.3, Megatron-LM swiss-ai/main 81d44dbe (the users' fork) with its local (torch)
 # layers, as no TransformerEngine or Apex was installed there; an NVIDIA card, not an AMD
