@@ -173,11 +173,15 @@ def test_transient_pull_failure_is_retried_then_reported(docker_engine, tmp_path
 
 
 INTERRUPT_SCRIPT = textwrap.dedent("""
+    import signal
     import sys
     from pathlib import Path
     from imagebuild.engine.build import build_image
     from imagebuild.engine.select import open_engine
 
+    # Ctrl-C in a terminal: even when the suite itself was started with SIGINT ignored (a
+    # background job of a shell without job control), which Python then leaves ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     backend, context, tag, run_id, base, log = sys.argv[1:]
     try:
         build_image(open_engine(backend), Path(context) / "Dockerfile", Path(context), [tag],
