@@ -101,19 +101,3 @@ class Loader:
             if self.exists(candidate):
                 return candidate
         return None
-
-    def closure(self, start: str) -> dict[str, str | None]:
-        """Every library ``start`` loads, directly or not: name -> path in root (None when
-        not found), breadth first as the loader maps them (the first of a name wins)."""
-        found: dict[str, str | None] = {}
-        queue = [start]
-        while queue:
-            current = queue.pop(0)
-            info = self.info(current)
-            for name in info.needed if info else ():
-                if name in found:
-                    continue
-                found[name] = self.find(name, current)
-                if found[name]:
-                    queue.append(found[name])  # type: ignore[arg-type]
-        return found
