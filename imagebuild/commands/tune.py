@@ -22,7 +22,6 @@ shim), so they run in the image where the training runs.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 from pathlib import Path
 from typing import Any
@@ -155,7 +154,7 @@ def run_rccl(args: argparse.Namespace) -> int:
         if swept is not None and args.sweep_results is None:
             args.sweep_results = swept
     if args.sweep_results:
-        points = read_sweep(args.sweep_results)
+        points = host_errors(rccl_sweep.read_sweep_csv)(args.sweep_results)
         args.out.mkdir(parents=True, exist_ok=True)
         config = rccl.tuner_config(points)
         (args.out / "nccl_tuner.conf").write_text(config)
@@ -170,28 +169,6 @@ def run_rccl(args: argparse.Namespace) -> int:
                         hint="pass NCCL_DEBUG=INFO log files, --records DIR and/or "
                              "--sweep-results CSV")
     return 0
-
-
-def read_sweep(path: Path) -> list:
-    from imagebuild.tune.rccl import SweepPoint
-
-    points = []
-    try:
-        with path.open(newline="") as handle:
-            for line, row in enumerate(csv.DictReader(handle), start=2):
-                try:
-                    points.append(SweepPoint(
-                        row["collective"].lower(), int(row["bytes"]), row["algorithm"].lower(),
-                        row["protocol"].lower(), float(row["busbw_gbs"]),
-                        int(row.get("nNodes") or -1), int(row.get("nRanks") or -1),
-                        int(row.get("channels") or -1)))
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise TuneError(f"{path}:{line}: bad sweep row ({exc})",
-                                    hint="columns collective,bytes,algorithm,protocol,"
-                                         "busbw_gbs") from None
-    except OSError as exc:
-        raise TuneError(f"{path}: cannot read: {exc.strerror}") from exc
-    return points
 
 
 def run_verify(args: argparse.Namespace) -> int:

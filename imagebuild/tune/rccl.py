@@ -9,11 +9,11 @@ imagebuild.tune.collective_log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.inimage.tuning.bundle_format import write_bundle
-from imagebuild.inimage.tuning.rccl_sweep import parse_rccl_tests
+from imagebuild.inimage.tuning.rccl_sweep import SweepPoint, parse_rccl_tests
 
 from .bundle import read_bundle
 from .collective_log import (
@@ -27,20 +27,6 @@ from .collective_log import (
 
 __all__ = ["CollectiveRecord", "SweepPoint", "add_to_bundle", "parse_logs", "parse_rccl_tests",
            "tuner_config", "write_collectives_csv"]
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One measured (collective, size, algorithm, protocol) on a topology: bus bandwidth."""
-
-    collective: str
-    bytes: int
-    algorithm: str
-    protocol: str
-    busbw_gbs: float
-    n_nodes: int = -1
-    n_ranks: int = -1
-    channels: int = -1
 
 
 def tuner_config(points: list[SweepPoint]) -> str:

@@ -49,13 +49,17 @@ Runner = Callable[..., subprocess.CompletedProcess]
 
 
 @dataclass(frozen=True)
-class SweepRow:
+class SweepPoint:
+    """One measured (collective, size, algorithm, protocol) on a topology: bus bandwidth."""
+
     collective: str
     bytes: int
     algorithm: str
     protocol: str
     busbw_gbs: float
-    n_ranks: int
+    n_nodes: int = -1
+    n_ranks: int = -1
+    channels: int = -1
 
 
 def parse_rccl_tests(text: str) -> list[tuple[int, float]]:
@@ -125,8 +129,8 @@ def run_sweep(ranges: Mapping[str, tuple[int, int]], gpus: int, bin_dir: Path = 
               algorithms: Sequence[str] = ALGORITHMS, protocols: Sequence[str] = PROTOCOLS,
               iterations: int = 20, warmup: int = 5, runner: Runner = subprocess.run,
               environ: Mapping[str, str] = os.environ,
-              report: Callable[[str], None] = print) -> list[SweepRow]:
-    rows: list[SweepRow] = []
+              report: Callable[[str], None] = print) -> list[SweepPoint]:
+    rows: list[SweepPoint] = []
     for collective, (low, high) in sorted(ranges.items()):
         binary = bin_dir / BINARIES[collective]
         if not binary.is_file():
@@ -145,17 +149,40 @@ def run_sweep(ranges: Mapping[str, tuple[int, int]], gpus: int, bin_dir: Path = 
                            f"(exit {result.returncode}: {tail[0][:160]})")
                     continue
                 for size, busbw in measured:
-                    rows.append(SweepRow(collective, size, algorithm, protocol, busbw, gpus))
+                    # one node: rccl-tests is built without MPI (module docstring)
+                    rows.append(SweepPoint(collective, size, algorithm, protocol, busbw,
+                                           n_nodes=1, n_ranks=gpus))
                 best = max(busbw for _, busbw in measured)
                 report(f"{collective} {algorithm}/{protocol}: {len(measured)} sizes "
                        f"{low}..{high} B on {gpus} GPUs, best busbw {best:.2f} GB/s")
     return rows
 
 
-def write_sweep_csv(rows: Sequence[SweepRow], path: Path) -> None:
-    """sweep.csv (SWEEP_COLUMNS; one node, so nNodes 1), written whole, then renamed."""
+def write_sweep_csv(rows: Sequence[SweepPoint], path: Path) -> None:
+    """sweep.csv (SWEEP_COLUMNS), written whole, then renamed."""
     write_rows(path, SWEEP_COLUMNS, ([row.collective, row.bytes, row.algorithm, row.protocol,
-                                      row.busbw_gbs, 1, row.n_ranks, -1] for row in rows))
+                                      row.busbw_gbs, row.n_nodes, row.n_ranks, row.channels]
+                                     for row in rows))
+
+
+def read_sweep_csv(path: Path) -> list[SweepPoint]:
+    """sweep.csv back (nNodes, nRanks and channels optional: -1); errors name the line."""
+    points = []
+    try:
+        with path.open(newline="") as handle:
+            for line, row in enumerate(csv.DictReader(handle), start=2):
+                try:
+                    points.append(SweepPoint(
+                        row["collective"].lower(), int(row["bytes"]), row["algorithm"].lower(),
+                        row["protocol"].lower(), float(row["busbw_gbs"]),
+                        int(row.get("nNodes") or -1), int(row.get("nRanks") or -1),
+                        int(row.get("channels") or -1)))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise ProblemError(f"{path}:{line}: bad sweep row ({exc})\nhint: columns "
+                                       "collective,bytes,algorithm,protocol,busbw_gbs") from None
+    except OSError as exc:
+        raise ProblemError(f"{path}: cannot read: {exc.strerror}") from exc
+    return points
 
 
 def add_rccl_sweep_arguments(parser: argparse.ArgumentParser, with_out: bool = True) -> None:
