@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import warnings
 from typing import Any
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from ..job_rank import free_port
 
 
 def _parse(argv: list[str], world_size: int) -> Any:
@@ -40,7 +35,7 @@ def _parse(argv: list[str], world_size: int) -> Any:
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(_free_port()), **request.get("env", {}))
+                      MASTER_PORT=str(free_port()), **request.get("env", {}))
     if request.get("megatron_dir"):
         sys.path.insert(0, request["megatron_dir"])
     result: dict[str, Any] = {}
