@@ -14,6 +14,7 @@ from imagebuild.build.pipeline import build_recipe, format_sizes
 from imagebuild.build.prepare import PreparedBuild, prepare_build
 from imagebuild.commands.list_ import format_table
 from imagebuild.convert.formats import parse_formats
+from imagebuild.convert.readiness import check_ready_to_squash
 from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     site = load_site(args.site, project_dir()) if args.site else None
     options = BuildOptions(
         backend=args.backend, builder=args.builder, site_ca=args.site_ca,
-        formats=parse_formats(args.squash) if args.squash else (),
+        formats=parse_formats(args.squash, "--squash") if args.squash else (),
         output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
         site=site, push=args.push, no_cache=args.no_cache,
         compression=parse_compression(args.compression, args.level, args.block_size),
@@ -87,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
     prepared = prepare_build(recipe)
     if args.plan:
         return print_plan(prepared, options)
+    if options.formats:  # the squash's tools and room, before hours of building
+        check_ready_to_squash(options.formats, options.output_dir, recipe.name,
+                              sif_method=options.sif_method)
     if args.tuning is not None:
         return run_tuned(prepared, options, args.tuning)
 
