@@ -12,6 +12,7 @@ from pathlib import Path
 from imagebuild.build.image import BuildOptions, BuiltImage
 from imagebuild.build.pipeline import build_recipe, format_sizes
 from imagebuild.build.prepare import PreparedBuild, prepare_build
+from imagebuild.commands.engine_choice import open_engine_saying
 from imagebuild.commands.list_ import format_table
 from imagebuild.convert.formats import parse_formats
 from imagebuild.convert.readiness import check_ready_to_squash
@@ -19,7 +20,7 @@ from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
-from imagebuild.engine.select import BACKENDS, open_engine
+from imagebuild.engine.select import BACKENDS
 from imagebuild.errors import BuildError, EngineError
 from imagebuild.recipe.load import load_recipe, project_dir
 from imagebuild.recipe.site import load_site
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tuning is not None:
         return run_tuned(prepared, options, args.tuning)
 
-    engine = open_engine(options.backend, builder=options.builder)
+    engine = open_engine_saying(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
         result = build_recipe(prepared, options, engine=engine, say=say, progress=display)
     if args.json:
@@ -137,11 +138,12 @@ def print_plan(prepared: PreparedBuild, options: BuildOptions) -> int:
         build_hash = context_hash(context)
         labels: dict[str, str] | None = None
         try:
-            engine = open_engine(options.backend, for_build=False)
+            engine = open_engine_saying(options.backend, for_build=False)
             if engine.image_exists(latest):
                 labels = engine.image_labels(latest)
         except EngineError as exc:
-            print(f"no engine to read {latest} from ({exc}): every stage counts as new")
+            print(f"no engine to read {latest} from ({exc.text()}): every stage counts as "
+                  "new")
         previous = read_label(labels) if labels is not None else None
         if labels is not None and labels.get(BUILD_HASH_LABEL) == build_hash:
             print(f"{latest} is up to date (inputs {build_hash[:19]}): nothing would build")
@@ -195,7 +197,7 @@ def run_tuned(prepared: PreparedBuild, options: BuildOptions, bundle_dir: Path) 
     recipe = prepared.recipe
     # A bundle of another recipe or build is refused before anything is built.
     checked_bundle(bundle_dir, recipe, prepared.lock)
-    engine = open_engine(options.backend, builder=options.builder)
+    engine = open_engine_saying(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
         base = build_recipe(prepared, replace(options, formats=(), push=None), engine=engine,
                             say=say, progress=display)

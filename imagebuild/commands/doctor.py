@@ -81,9 +81,9 @@ def image_needs(target: str | None, root: Path, project: Path | None) -> tuple[I
         from imagebuild.recipe.load import load_recipe
 
         return needs_for_recipe(load_recipe(target, project)), "recipe"
-    from imagebuild.engine.select import open_engine
+    from imagebuild.commands.engine_choice import open_engine_saying
 
-    return needs_for_image(target, open_engine(for_build=False)), "image"
+    return needs_for_image(target, open_engine_saying(for_build=False)), "image"
 
 
 def in_image_findings(ref: str) -> list[Finding]:

@@ -35,7 +35,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         calls.append((args, kwargs))
         return ReplayEngine([])
 
-    monkeypatch.setattr("imagebuild.commands.build.open_engine", open_engine)
+    monkeypatch.setattr("imagebuild.commands.engine_choice.open_engine", open_engine)
     monkeypatch.setattr("imagebuild.build.pipeline.open_engine", open_engine)
     return calls
 
