@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from imagebuild.engine.progress import ProgressDisplay
 from imagebuild.engine.select import BACKENDS
 from imagebuild.errors import BuildError, EngineError
 from imagebuild.recipe.load import load_recipe, project_dir
-from imagebuild.recipe.site import load_site
+from imagebuild.recipe.site import default_site, load_site
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also convert the image: sqsh, sif or sqsh,sif")
     add_compression_arguments(parser)
     add_read_argument(parser)
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile for the EDF written beside the .sqsh "
                              "(e.g. cscs-beverin, lumi; default $IMAGEBUILD_SITE)")
     parser.add_argument("--output-dir", type=Path, default=None,

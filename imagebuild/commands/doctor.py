@@ -22,6 +22,7 @@ from imagebuild.errors import RecipeNotFound, ValidateError
 from imagebuild.inimage.doctor.finding import FAIL, PASS, SKIP, WARN, Finding, exit_code, report
 from imagebuild.inimage.doctor.needs import ImageNeeds
 from imagebuild.inimage.doctor.run import format_lines, run_doctor
+from imagebuild.recipe.site import default_site
 
 COLOURS = {PASS: "green", WARN: "yellow", FAIL: "red", SKIP: "dim"}
 
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", default=None,
                         help="recipe name or file, or image reference (default: the "
                              "image this runs in, from /opt/imagebuild/manifest.json)")
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile: the job's environment, binds and the host "
                              "libfabric (default $IMAGEBUILD_SITE)")
     parser.add_argument("--json", default=None, metavar="PATH",

@@ -9,7 +9,6 @@ committed, image-independent ``envs/<recipe>.toml`` comes from ``imagebuild rend
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from imagebuild.convert.squashfs import (
 )
 from imagebuild.errors import SquashError
 from imagebuild.recipe.load import load_recipe, project_dir
+from imagebuild.recipe.site import default_site
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-dir", type=Path, default=None,
                         help="where artifacts go (default: PROJECT/artifacts)")
     add_compression_arguments(parser)
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile for the EDF, e.g. cscs-beverin, lumi "
                              "(default: $IMAGEBUILD_SITE; none: no EDF)")
     parser.add_argument("--rocm-version", default=None,

@@ -21,7 +21,7 @@ from imagebuild.inimage.gpu_data import UsageError, load_gpu_data, validate_thre
 from imagebuild.inimage.history import append_history, history_record
 from imagebuild.inimage.options import add_arguments
 from imagebuild.recipe.load import project_dir
-from imagebuild.recipe.site import SiteProfile, load_site
+from imagebuild.recipe.site import SiteProfile, default_site, load_site
 from imagebuild.validate.host import GPU_KINDS, LAUNCHERS, choose_launcher, validate
 from imagebuild.validate.input_binds import host_path_binds
 from imagebuild.validate.invocation import (
@@ -59,7 +59,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--launcher", choices=LAUNCHERS, default="auto",
                         help="how to run the checks in the image (default: docker if its "
                              "engine answers, else podman; apptainer for .sif, enroot for .sqsh)")
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile (imagebuild/data/sites or ./sites): its container "
                              "binds and environment, SLURM binding, socket interfaces and the "
                              "libfabric provider the network check expects; explicit flags win "
