@@ -88,9 +88,15 @@ def resolve_target(target: str, project: Path | None = None) -> Target:
     return Target(image=latest_tag(recipe.name), recipe=recipe)
 
 
-def missing_image(ref: str, recipe_name: str | None, backend: str) -> EngineError:
+def missing_image(ref: str, recipe_name: str | None, backend: str,
+                  docker_passed_over: bool = False) -> EngineError:
     """The error for an image the engine does not hold: nothing pulls it implicitly (a
-    multi-GB surprise on a cluster, or a registry the node cannot reach)."""
+    multi-GB surprise on a cluster, or a registry the node cannot reach). With
+    ``docker_passed_over`` (auto found no Docker daemon and asked ``backend``), the image
+    may well be in Docker: the hint says that first, not only "build it"."""
     hint = (f"build it first: imagebuild build {recipe_name}" if recipe_name else
             f"pull it first ({backend} pull {ref}), or name a recipe, a .sqsh or a .sif")
+    if docker_passed_over:
+        hint = (f"Docker was not reachable, so only {backend} was asked: if the image was "
+                f"built with Docker, start its daemon or point DOCKER_HOST at it; else {hint}")
     return EngineError(f"{backend}: no image {ref!r} here", hint=hint)

@@ -3,6 +3,7 @@ links exists, every command has a row, and it stays short (the details live in d
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -49,3 +50,39 @@ def test_every_command_has_a_row() -> None:
 
 def test_the_front_door_fits_on_two_screens() -> None:
     assert len(README.splitlines()) <= 150
+
+
+def _quick_start_line(prefix: str) -> str:
+    """The quick start's command starting with ``prefix``, continuation lines joined and the
+    comment dropped."""
+    after = README.split("## Quick start", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", after, re.DOTALL)
+    assert block, "no ```sh block in the quick start"
+    joined = re.sub(r"\\\n\s*", "", block.group(1))
+    lines = [line.split("  #", 1)[0].strip() for line in joined.splitlines()]
+    found = [line for line in lines if line.startswith(prefix)]
+    assert len(found) == 1, f"{prefix!r} in the quick start: {found}"
+    return found[0]
+
+
+def test_the_quick_starts_two_node_job_script_is_written(tmp_path: Path) -> None:
+    """`validate ... --launcher sbatch --nodes 2 --environment ...` as the README writes it,
+    from another directory (the script lands there), with no Docker to be asked."""
+    line = _quick_start_line("imagebuild validate rocm-7.0.2 --launcher sbatch")
+    words = line.replace("$PWD", str(REPO)).split()
+    env = {**os.environ, "IMAGEBUILD_PROJECT": str(REPO), "PYTHONPATH": str(REPO),
+           "DOCKER_HOST": "unix:///nonexistent.sock"}
+    env.pop("IMAGEBUILD_SITE", None)
+    done = subprocess.run([sys.executable, "-m", "imagebuild", *words[1:]], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{line}: exit {done.returncode}\n{done.stderr[-2000:]}"
+    [script] = tmp_path.glob("imagebuild-validate-*.sbatch")
+    assert done.stdout.strip() == f"wrote {script.name}; submit it with: sbatch {script.name}"
+    text = script.read_text()
+    assert "#SBATCH --nodes=2\n" in text
+    edf = REPO / "envs" / "rocm-7.0.2.toml"
+    assert edf.is_file()
+    runs = [s for s in text.splitlines() if s.startswith("srun ")]
+    # the doctor on each node, then the checks: both in the EDF's container
+    assert len(runs) == 2 and all(f"--environment={edf}" in s for s in runs)
+    assert "imagebuild_checks --expect-binding" in runs[1]

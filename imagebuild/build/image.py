@@ -152,8 +152,7 @@ def build_or_reuse(prepared: PreparedBuild, job: ImageJob, options: BuildOptions
             engine.tag(existing.image_id, moving)
         say(f"{tag} is up to date (inputs {job.build_hash[:19]}); nothing to build")
         return replace(existing, tags=job.tags), False
-    note = f"; {engine.selection_note}" if engine.selection_note else ""
-    say(f"building {tag} with {engine.describe()}{note} (log: {job.log_path})")
+    say(f"building {tag} with {engine.describe()} (log: {job.log_path})")
     site_ca = resolve_site_ca(options.site_ca)
     image = build_image(
         engine, job.context.dockerfile, job.context.directory, list(job.tags),

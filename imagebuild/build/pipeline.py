@@ -20,8 +20,9 @@ from imagebuild.engine.select import open_engine
 from imagebuild.generated import write_all
 from imagebuild.images import build_tag, latest_tag
 from imagebuild.recipe.load import project_dir
+from imagebuild.recipe.site import default_site
 from imagebuild.render.dockerfile import generated_dockerfile
-from imagebuild.render.edf import generated_edf
+from imagebuild.render.edf import DEFAULT_SITE, generated_edf
 
 from .image import BuildOptions, BuiltImage, ImageJob, build_and_squash, context_hash
 from .prepare import PreparedBuild
@@ -37,7 +38,8 @@ def build_recipe(prepared: PreparedBuild, options: BuildOptions, *, engine: Engi
     started = time.monotonic()
     recipe = prepared.recipe
     for item in write_all([generated_dockerfile(prepared.plan, text=prepared.dockerfile),
-                           generated_edf(recipe, project_dir())]):
+                           generated_edf(recipe, project_dir(),
+                                         default_site(DEFAULT_SITE) or DEFAULT_SITE)]):
         say(f"rendered {item.path}")
     engine = engine or open_engine(options.backend, builder=options.builder)
     prepare_seconds = time.monotonic() - started

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -12,16 +11,18 @@ from pathlib import Path
 from imagebuild.build.image import BuildOptions, BuiltImage
 from imagebuild.build.pipeline import build_recipe, format_sizes
 from imagebuild.build.prepare import PreparedBuild, prepare_build
+from imagebuild.commands.engine_choice import open_engine_saying
 from imagebuild.commands.list_ import format_table
 from imagebuild.convert.formats import parse_formats
+from imagebuild.convert.readiness import check_ready_to_squash
 from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import ProgressDisplay
-from imagebuild.engine.select import BACKENDS, open_engine
+from imagebuild.engine.select import BACKENDS
 from imagebuild.errors import BuildError, EngineError
 from imagebuild.recipe.load import load_recipe, project_dir
-from imagebuild.recipe.site import load_site
+from imagebuild.recipe.site import default_site, load_site
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also convert the image: sqsh, sif or sqsh,sif")
     add_compression_arguments(parser)
     add_read_argument(parser)
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile for the EDF written beside the .sqsh "
                              "(e.g. cscs-beverin, lumi; default $IMAGEBUILD_SITE)")
     parser.add_argument("--output-dir", type=Path, default=None,
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     site = load_site(args.site, project_dir()) if args.site else None
     options = BuildOptions(
         backend=args.backend, builder=args.builder, site_ca=args.site_ca,
-        formats=parse_formats(args.squash) if args.squash else (),
+        formats=parse_formats(args.squash, "--squash") if args.squash else (),
         output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
         site=site, push=args.push, no_cache=args.no_cache,
         compression=parse_compression(args.compression, args.level, args.block_size),
@@ -87,10 +88,13 @@ def run(args: argparse.Namespace) -> int:
     prepared = prepare_build(recipe)
     if args.plan:
         return print_plan(prepared, options)
+    if options.formats:  # the squash's tools and room, before hours of building
+        check_ready_to_squash(options.formats, options.output_dir, recipe.name,
+                              sif_method=options.sif_method)
     if args.tuning is not None:
         return run_tuned(prepared, options, args.tuning)
 
-    engine = open_engine(options.backend, builder=options.builder)
+    engine = open_engine_saying(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
         result = build_recipe(prepared, options, engine=engine, say=say, progress=display)
     if args.json:
@@ -133,11 +137,12 @@ def print_plan(prepared: PreparedBuild, options: BuildOptions) -> int:
         build_hash = context_hash(context)
         labels: dict[str, str] | None = None
         try:
-            engine = open_engine(options.backend, for_build=False)
+            engine = open_engine_saying(options.backend, for_build=False)
             if engine.image_exists(latest):
                 labels = engine.image_labels(latest)
         except EngineError as exc:
-            print(f"no engine to read {latest} from ({exc}): every stage counts as new")
+            print(f"no engine to read {latest} from ({exc.text()}): every stage counts as "
+                  "new")
         previous = read_label(labels) if labels is not None else None
         if labels is not None and labels.get(BUILD_HASH_LABEL) == build_hash:
             print(f"{latest} is up to date (inputs {build_hash[:19]}): nothing would build")
@@ -191,7 +196,7 @@ def run_tuned(prepared: PreparedBuild, options: BuildOptions, bundle_dir: Path) 
     recipe = prepared.recipe
     # A bundle of another recipe or build is refused before anything is built.
     checked_bundle(bundle_dir, recipe, prepared.lock)
-    engine = open_engine(options.backend, builder=options.builder)
+    engine = open_engine_saying(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {recipe.name}") as display:
         base = build_recipe(prepared, replace(options, formats=(), push=None), engine=engine,
                             say=say, progress=display)

@@ -14,9 +14,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.commands.engine_choice import open_engine_saying
 from imagebuild.commands.list_ import format_table
 from imagebuild.engine.base import Engine
-from imagebuild.engine.select import BACKENDS, open_engine
+from imagebuild.engine.select import BACKENDS
 from imagebuild.errors import EngineError, ImagebuildError
 from imagebuild.images import image_repository, split_reference
 from imagebuild.lock.cache import default_cache_root
@@ -79,11 +80,11 @@ def run(args: argparse.Namespace) -> int:
     engine: Engine | None = None
     if "images" in kinds:
         try:
-            engine = open_engine(args.backend, for_build=False)
+            engine = open_engine_saying(args.backend, for_build=False)
         except EngineError as exc:
             if args.kinds:  # asked for by name: the engine must be there
                 raise
-            print(f"images: not listed ({exc})")
+            print(f"images: not listed ({exc.text()})")
         else:
             items += image_items(engine, recipe_names(args.project_dir), args.all_images)
     for kind, path in (("cache", default_cache_root()),

@@ -22,6 +22,7 @@ from imagebuild.errors import RecipeNotFound, ValidateError
 from imagebuild.inimage.doctor.finding import FAIL, PASS, SKIP, WARN, Finding, exit_code, report
 from imagebuild.inimage.doctor.needs import ImageNeeds
 from imagebuild.inimage.doctor.run import format_lines, run_doctor
+from imagebuild.recipe.site import default_site
 
 COLOURS = {PASS: "green", WARN: "yellow", FAIL: "red", SKIP: "dim"}
 
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", default=None,
                         help="recipe name or file, or image reference (default: the "
                              "image this runs in, from /opt/imagebuild/manifest.json)")
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile: the job's environment, binds and the host "
                              "libfabric (default $IMAGEBUILD_SITE)")
     parser.add_argument("--json", default=None, metavar="PATH",
@@ -81,9 +82,9 @@ def image_needs(target: str | None, root: Path, project: Path | None) -> tuple[I
         from imagebuild.recipe.load import load_recipe
 
         return needs_for_recipe(load_recipe(target, project)), "recipe"
-    from imagebuild.engine.select import open_engine
+    from imagebuild.commands.engine_choice import open_engine_saying
 
-    return needs_for_image(target, open_engine(for_build=False)), "image"
+    return needs_for_image(target, open_engine_saying(for_build=False)), "image"
 
 
 def in_image_findings(ref: str) -> list[Finding]:

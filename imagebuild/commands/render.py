@@ -11,7 +11,7 @@ from imagebuild.errors import RecipeNotFound, RenderError, display_path
 from imagebuild.generated import check, write_all
 from imagebuild.lock.check import current_lock
 from imagebuild.recipe.load import load_recipe, recipe_names
-from imagebuild.recipe.site import load_site
+from imagebuild.recipe.site import default_site, load_site
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import generated_dockerfile
 from imagebuild.render.edf import DEFAULT_SITE, generated_edf
@@ -34,8 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "missing or stale (CI runs this)")
     mode.add_argument("--stdout", action="store_true",
                       help="print the rendered Dockerfile of one recipe instead of writing it")
-    parser.add_argument("--site", default=DEFAULT_SITE,
-                        help=f"site profile of the EDF files in envs/ (default {DEFAULT_SITE})")
+    parser.add_argument("--site", default=default_site(DEFAULT_SITE),
+                        help="site profile of the EDF files in envs/ (default $IMAGEBUILD_SITE, "
+                             f"as for build and squash, else {DEFAULT_SITE})")
     mode.add_argument("--context", metavar="DIR", type=Path,
                       help="stage the build context of one locked recipe in DIR (for a manual "
                            "`docker build DIR`)")

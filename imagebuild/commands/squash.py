@@ -9,12 +9,12 @@ committed, image-independent ``envs/<recipe>.toml`` comes from ``imagebuild rend
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild import images
+from imagebuild.commands.engine_choice import open_engine_saying
 from imagebuild.convert.artifacts import Artifact, write_edf_beside
 from imagebuild.convert.formats import FORMATS, convert, parse_formats
 from imagebuild.convert.sources import add_read_argument
@@ -23,9 +23,9 @@ from imagebuild.convert.squashfs import (
     find_squash_tool,
     parse_compression,
 )
-from imagebuild.engine.select import open_engine
 from imagebuild.errors import SquashError
 from imagebuild.recipe.load import load_recipe, project_dir
+from imagebuild.recipe.site import default_site
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-dir", type=Path, default=None,
                         help="where artifacts go (default: PROJECT/artifacts)")
     add_compression_arguments(parser)
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile for the EDF, e.g. cscs-beverin, lumi "
                              "(default: $IMAGEBUILD_SITE; none: no EDF)")
     parser.add_argument("--rocm-version", default=None,
@@ -100,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
     output_dir = (args.output_dir or project / "artifacts").resolve()
     tool = find_squash_tool(args.tool) if ("sqsh" in formats or args.sif_method != "apptainer") \
         else None
-    engine = open_engine(args.backend, for_build=False)
+    engine = open_engine_saying(args.backend, for_build=False)
     if not engine.image_exists(target.image_ref):
-        raise images.missing_image(target.image_ref, target.recipe, engine.backend)
+        raise images.missing_image(target.image_ref, target.recipe, engine.backend,
+                                   docker_passed_over=bool(engine.selection_note))
     if target.recipe:
         from imagebuild.build.current import check_current
 

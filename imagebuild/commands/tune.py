@@ -29,6 +29,7 @@ from typing import Any
 from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning import command as tuning_command
 from imagebuild.inimage.tuning import gemm_tuner, rccl_sweep
+from imagebuild.recipe.site import default_site
 from imagebuild.tune.problem import host_errors
 
 
@@ -101,7 +102,7 @@ def register(subparsers: Any) -> None:
     edf = sub.add_parser("edf", help="an EDF beside the .sqsh that mounts a bundle")
     edf.add_argument("bundle", type=Path, help="tuning bundle directory")
     edf.add_argument("target", help="recipe name (its artifacts/<recipe>.sqsh) or a .sqsh")
-    edf.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    edf.add_argument("--site", default=default_site(),
                      help="site profile (default $IMAGEBUILD_SITE)")
     edf.add_argument("--output-dir", type=Path, default=None,
                      help="where the .sqsh is and the EDF goes (default: PROJECT/artifacts)")

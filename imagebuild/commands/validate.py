@@ -21,7 +21,7 @@ from imagebuild.inimage.gpu_data import UsageError, load_gpu_data, validate_thre
 from imagebuild.inimage.history import append_history, history_record
 from imagebuild.inimage.options import add_arguments
 from imagebuild.recipe.load import project_dir
-from imagebuild.recipe.site import SiteProfile, load_site
+from imagebuild.recipe.site import SiteProfile, default_site, load_site
 from imagebuild.validate.host import GPU_KINDS, LAUNCHERS, choose_launcher, validate
 from imagebuild.validate.input_binds import host_path_binds
 from imagebuild.validate.invocation import (
@@ -59,7 +59,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--launcher", choices=LAUNCHERS, default="auto",
                         help="how to run the checks in the image (default: docker if its "
                              "engine answers, else podman; apptainer for .sif, enroot for .sqsh)")
-    parser.add_argument("--site", default=os.environ.get("IMAGEBUILD_SITE"),
+    parser.add_argument("--site", default=default_site(),
                         help="site profile (imagebuild/data/sites or ./sites): its container "
                              "binds and environment, SLURM binding, socket interfaces and the "
                              "libfabric provider the network check expects; explicit flags win "
@@ -253,14 +253,18 @@ def run(args: argparse.Namespace) -> int:
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
         gpus = "rocm"
     defaults = site_defaults(args)
-    engine = None  # opened here for a recipe's image, and the run uses the same one
-    if target.recipe and target.ref and launcher in ("docker", "podman"):
-        from imagebuild.build.current import check_current
-        from imagebuild.engine.select import open_engine
-        from imagebuild.recipe.load import load_recipe
+    engine = None  # opened here for an image, and the run uses the same one
+    if target.ref and launcher in ("docker", "podman"):
+        from imagebuild.commands.engine_choice import open_engine_saying
 
-        engine = open_engine(launcher, for_build=False)
-        if engine.image_exists(target.ref):  # a missing one is named when it would run
+        # auto: the engine auto picks, saying so when it passes Docker over
+        engine = open_engine_saying("auto" if requested == "auto" else launcher,
+                                    for_build=False)
+        launcher = engine.backend
+        if target.recipe and engine.image_exists(target.ref):  # a missing one is named
+            from imagebuild.build.current import check_current  # when it would run
+            from imagebuild.recipe.load import load_recipe
+
             check_current(engine, load_recipe(target.recipe, project_dir()), target.ref)
     if args.doctor and not run_doctor_first(args, target, gpus, launcher, defaults):
         return 1

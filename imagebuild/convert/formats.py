@@ -22,11 +22,13 @@ from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 FORMATS = ("sqsh", "sif")
 
 
-def parse_formats(text: str) -> tuple[str, ...]:
+def parse_formats(text: str, option: str = "--formats") -> tuple[str, ...]:
+    """``sqsh,sif`` -> ("sqsh", "sif"); ``option`` is what the error names (``build`` takes
+    the list as --squash)."""
     formats = tuple(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
-        raise SquashError(f"--formats: expected a comma-separated list of {', '.join(FORMATS)},"
+        raise SquashError(f"{option}: expected a comma-separated list of {', '.join(FORMATS)},"
                           f" got {text!r}")
     return formats
 

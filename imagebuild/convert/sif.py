@@ -51,13 +51,14 @@ def choose_method(method: str, image_ref: str | None,
         raise SquashError(f"--sif-method: expected auto, apptainer or siftool, got {method!r}")
     if method == "apptainer" or (method == "auto" and image_ref and which("apptainer")):
         if not which("apptainer"):
-            raise SquashError("sif: apptainer not found on PATH (use --sif-method siftool)")
+            raise SquashError("sif: apptainer not found on PATH",
+                              hint="install Apptainer, or use --sif-method siftool")
         if not image_ref:
             raise SquashError("sif: apptainer builds from a Docker engine image reference")
         return "apptainer"
     if not which("siftool"):
-        raise SquashError("sif: neither apptainer nor siftool found on PATH; install "
-                          "Debian's siftool package or Apptainer")
+        raise SquashError("sif: neither apptainer nor siftool found on PATH",
+                          hint="install Debian's siftool package or Apptainer")
     return "siftool"
 
 

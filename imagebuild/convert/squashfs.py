@@ -216,8 +216,9 @@ def find_squash_tool(prefer: str | None = None,
         if path and (name == "tar2sqfs" or _mksquashfs_reads_tar(path, runner)):
             return SquashTool(name, path)
     wanted = " or ".join(order)
-    raise SquashError(f"squash: {wanted} not found on PATH; install squashfs-tools-ng "
-                      "(tar2sqfs) or squashfs-tools >= 4.5 (mksquashfs -tar)")
+    raise SquashError(f"squash: {wanted} not found on PATH",
+                      hint="install squashfs-tools-ng (tar2sqfs) or squashfs-tools >= 4.5 "
+                           "(mksquashfs -tar)")
 
 
 def _mksquashfs_reads_tar(path: str, runner: CommandRunner) -> bool:

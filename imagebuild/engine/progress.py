@@ -47,16 +47,25 @@ ERROR_LINES = 5
 #: The widest a step is named in a log line (the instruction is cut, not wrapped).
 LABEL_WIDTH = 100
 _ERRORISH = re.compile(r"\berror\b|\bfatal\b|\bfailed\b|\*\*\*", re.IGNORECASE)
-#: BuildKit's failure line repeats the step's whole command: `process "/bin/sh -c <the
-#: RUN line>" did not complete successfully: exit code: 2` (BuildKit's exec error, as
-#: Docker 20.10 prints it); the step is already named, so only the exit code is news.
-_PROCESS_FAILED = re.compile(r'process "(?:[^"\\]|\\.)*" did not complete successfully: '
-                             r"(exit code: \d+)", re.DOTALL)
+#: The engines' failure lines repeat the step's whole command (a ROCm RUN line is ~1,000
+#: characters); the step is already named, so only the exit code is news. Newer BuildKit:
+#: `process "/bin/sh -c <RUN line>" did not complete successfully: exit code: 2`; the older
+#: one in Debian's Docker 20.10: `executor failed running [/bin/sh -c <RUN line>]: exit
+#: code: 1`; podman: `building at STEP "RUN <line>": while running runtime: exit status 1`
+#: (both captured in tests/engine/data/*-failing.log).
+_PROCESS_FAILED = (
+    re.compile(r'process "(?:[^"\\]|\\.)*" did not complete successfully: (exit code: \d+)',
+               re.DOTALL),
+    re.compile(r"executor failed running \[.*\]: (exit code: \d+)", re.DOTALL),
+    re.compile(r'building at STEP ".*": while running runtime: (exit status \d+)', re.DOTALL),
+)
 
 
 def concise_error(text: str) -> str:
     """An engine's error line without the command it repeats."""
-    return _PROCESS_FAILED.sub(r"the command failed (\1)", text)
+    for pattern in _PROCESS_FAILED:
+        text = pattern.sub(r"the command failed (\1)", text)
+    return text
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,37 @@ def _daemon_address(environ: Mapping[str, str]) -> str:
     return f"DOCKER_HOST={host}" if host else f"{DEFAULT_DOCKER_HOST}, the default (no DOCKER_HOST)"
 
 
+def _os_error(exc: BaseException, seen: set[int] | None = None) -> OSError | None:
+    """The operating system's error under an SDK exception: requests and urllib3 wrap it in
+    their own exceptions, as a cause or as an argument (``('Connection aborted.',
+    FileNotFoundError(2, ...))``)."""
+    seen = set() if seen is None else seen
+    if id(exc) in seen:
+        return None
+    seen.add(id(exc))
+    if isinstance(exc, OSError) and isinstance(exc.strerror, str) and exc.strerror:
+        return exc  # requests' ConnectionError is an OSError too, with no strerror
+    inner = [exc.__cause__, exc.__context__, *(a for a in exc.args
+                                                if isinstance(a, BaseException))]
+    for candidate in inner:
+        if candidate is not None and (found := _os_error(candidate, seen)) is not None:
+            return found
+    return None
+
+
+def unreachable_reason(exc: BaseException, environ: Mapping[str, str]) -> str:
+    """One short line: where the daemon was looked for and what the system said, not the
+    SDK's nested exception text."""
+    found = _os_error(exc)
+    if found is not None:
+        said = str(found.strerror)
+        cause = said[:1].lower() + said[1:]
+    else:
+        text = str(exc).removeprefix("docker daemon not reachable: ")
+        cause = (text.strip().splitlines() or [type(exc).__name__])[-1][:160]
+    return f"docker daemon not reachable at {_daemon_address(environ)}: {cause}"
+
+
 def _docker_engine(runner: CommandRunner, environ: Mapping[str, str], builder: str | None,
                    client: Any = None, for_build: bool = True) -> tuple[DockerEngine | None, str]:
     if for_build:
@@ -46,12 +77,12 @@ def _docker_engine(runner: CommandRunner, environ: Mapping[str, str], builder: s
         engine = DockerEngine(None, buildx=False, runner=runner, client=client)
     try:
         engine.client.ping()
-    except EngineError as exc:
-        return None, f"{exc} ({_daemon_address(environ)})"
+    except EngineError as exc:  # the SDK could not even make a client (docker.from_env)
+        return None, unreachable_reason(exc, environ)
     except Exception as exc:  # noqa: BLE001 - any SDK/transport failure means "unreachable"
         if client is None:
             engine.client.close()  # the SDK's own connection pool, made for this probe
-        return None, f"docker daemon not reachable at {_daemon_address(environ)}: {exc}"
+        return None, unreachable_reason(exc, environ)
     if builder and engine.binary is not None:
         inspected = runner.run([engine.binary, "buildx", "inspect", builder])
         if inspected.returncode != 0:
@@ -100,8 +131,9 @@ def open_engine(backend: str | None = None, *, builder: str | None = None,
             return engine
         reasons.append(f"docker: {reason}")
         if backend == "docker" or builder:
-            raise EngineError(f"no usable docker backend: {reason}; hint: start the daemon, "
-                              "point DOCKER_HOST at it, or pass --backend podman")
+            raise EngineError(f"no usable docker backend: {reason}",
+                              hint="start the daemon, point DOCKER_HOST at it, or pass "
+                                   "--backend podman")
     engine_p, reason = _podman_engine(runner, environ)
     if engine_p:
         if reasons:  # auto passed Docker over: say why (podman builds from a cold cache)
@@ -111,10 +143,24 @@ def open_engine(backend: str | None = None, *, builder: str | None = None,
     raise EngineError("no container engine available (" + "; ".join(reasons) + ")")
 
 
+def selection_line(engine: Engine) -> str | None:
+    """What a command says when ``auto`` passed Docker over: which engine it uses instead,
+    and why (podman starts from a cold cache and holds other images)."""
+    if not engine.selection_note:
+        return None
+    return f"{engine.selection_note}; using {engine.describe()}"
+
+
 def docker_reachable(client: Any = None) -> bool:
     """Whether a Docker daemon answers here (validate's launcher choice asks)."""
+    made = None
     try:
-        (client or docker_sdk_client()).ping()
+        if client is None:
+            client = made = docker_sdk_client()
+        client.ping()
         return True
     except Exception:  # noqa: BLE001 - no SDK, no socket, no daemon: all mean "not docker"
         return False
+    finally:
+        if made is not None:
+            made.close()  # the SDK's connection pool, made for this probe

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -120,6 +121,16 @@ def site_names(project: Path | None = None) -> list[str]:
     if local is not None and local.is_dir():
         names |= {p.stem for p in local.glob("*.yaml")}
     return sorted(names)
+
+
+#: The environment variable every command's ``--site`` defaults to.
+SITE_ENV = "IMAGEBUILD_SITE"
+
+
+def default_site(fallback: str | None = None) -> str | None:
+    """The default of every ``--site``: $IMAGEBUILD_SITE when set, else ``fallback`` (render's
+    committed EDF files need a site: it passes the one they are committed for)."""
+    return os.environ.get(SITE_ENV) or fallback
 
 
 def load_site(name: str, project: Path | None = None) -> SiteProfile:

@@ -37,7 +37,8 @@ def run_in_engine(engine: Engine, target: Target, invocation: Invocation,
                   stream: EventStream) -> int:
     """Run the checks in ``engine``; their output goes into ``stream``."""
     if target.ref is not None and not engine.image_exists(target.ref):
-        raise missing_image(target.ref, target.recipe, engine.backend)
+        raise missing_image(target.ref, target.recipe, engine.backend,
+                            docker_passed_over=bool(engine.selection_note))
     code = engine.run_container(container_spec(target, invocation), stream.feed)
     stream.close()
     return code

@@ -176,3 +176,38 @@ def test_push_retries_transient_errors_only(tmp_path):
     engine.push = denied
     with pytest.raises(EngineError, match="denied"):
         push_image(engine, image, "127.0.0.1:5000", retry=FAST)
+
+
+@pytest.mark.parametrize("capture", ["buildkit-failing.log", "podman-failing.log"])
+def test_a_failed_builds_error_names_the_command_once_and_stays_short(
+        capture: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the CLI prints for a failed build: the message with the exit code, the failing
+    step, the step's output tail and the log's path; the RUN line (a ROCm one is ~1,000
+    characters, each engine repeats it in its error) once, cut short."""
+    from imagebuild.cli import report_error
+
+    short = ('for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 '
+             '28 29 30; do echo "compile line $i"; done; echo "error: the answer is not 42" '
+             '>&2; false')
+    long = ("cmake -S /src/hipBLASLt -B /build "
+            + " ".join(f"-DOPTION_{i}=ON" for i in range(60)) + " && " + short)
+    lines = [line.replace(short, long) for line in captured(capture)]
+    assert sum(long in line for line in lines) >= 2  # the engine's own text repeats it
+    engine = ReplayEngine([(lines, 1)])
+    if capture.startswith("podman"):  # read as podman's output is read
+        engine.backend, engine.progress_format = "podman", "podman"
+    with pytest.raises(BuildError) as caught:
+        build(engine, tmp_path)
+    report_error(caught.value)
+    err = capsys.readouterr().err
+    printed = err.splitlines()
+    assert printed[0] == (
+        "error: image build failed with docker: the command failed (exit code: 1)"
+        if capture.startswith("buildkit") else
+        "error: image build failed with podman: the command failed (exit status 1)")
+    assert printed[1].startswith("  failing step: ") and "-DOPTION_0=ON" in printed[1]
+    assert printed[-2:] == ["  error: the answer is not 42",
+                            f"  full log: {tmp_path / 'logs' / 'build.log'}"]
+    assert err.count("-DOPTION_0=ON") == 1  # the command once, on the step's line
+    assert len(printed) <= 2 + 25 + 1 and max(map(len, printed)) <= 220
+    assert len(err) < 1500

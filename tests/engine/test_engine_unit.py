@@ -10,7 +10,7 @@ import pytest
 from imagebuild.engine.base import BuildRequest, ContainerSpec, Mount
 from imagebuild.engine.docker import DockerEngine, find_docker_client
 from imagebuild.engine.podman import PodmanEngine, container_argv
-from imagebuild.engine.select import open_engine
+from imagebuild.engine.select import open_engine, unreachable_reason
 from imagebuild.errors import EngineError
 from imagebuild.process import CommandResult, CommandRunner
 
@@ -120,11 +120,39 @@ def test_auto_falls_back_to_podman_when_the_daemon_is_down(tmp_path):
     assert isinstance(engine, PodmanEngine) and engine.describe() == f"podman 4.3.1 ({podman})"
     assert engine.selection_note.startswith("docker not used: docker daemon not reachable at "
                                             "unix:///var/run/docker.sock, the default")
-    with pytest.raises(EngineError, match="docker daemon not reachable at "
-                                          "DOCKER_HOST=unix:///nonexistent.sock.*--backend podman"):
+    with pytest.raises(EngineError) as info:
         open_engine("docker", runner=runner,
                     environ={**environ, "DOCKER_HOST": "unix:///nonexistent.sock"},
                     docker_client=FakeSdk(reachable=False))
+    assert info.value.text() == ("no usable docker backend: docker daemon not reachable at "
+                                 "DOCKER_HOST=unix:///nonexistent.sock: Cannot connect to the "
+                                 "Docker daemon")
+    assert info.value.hint == ("start the daemon, point DOCKER_HOST at it, or pass "
+                               "--backend podman")
+
+
+def test_the_unreachable_reason_is_the_systems_not_the_sdks_wrapping() -> None:
+    """requests and urllib3 wrap the socket's error as a cause or an argument; the reason is
+    the address and the system's words."""
+    environ = {"DOCKER_HOST": "unix:///nonexistent.sock"}
+    try:
+        try:
+            raise FileNotFoundError(2, "No such file or directory")
+        except OSError as exc:
+            wrapped = ConnectionError("Connection aborted.", exc)
+            raise RuntimeError(f"Error while fetching server API version: {wrapped.args}") \
+                from wrapped
+    except RuntimeError as exc:
+        assert unreachable_reason(exc, environ) == (
+            "docker daemon not reachable at DOCKER_HOST=unix:///nonexistent.sock: "
+            "no such file or directory")
+    refused = ConnectionRefusedError(111, "Connection refused")
+    # no system error under it: the exception's own last line
+    assert unreachable_reason(RuntimeError("proxy said:\nTLS handshake failed"), {}) == (
+        "docker daemon not reachable at unix:///var/run/docker.sock, the default (no "
+        "DOCKER_HOST): TLS handshake failed")
+    assert unreachable_reason(RuntimeError("pool", refused), {}).endswith(
+        ": connection refused")
 
 
 def test_an_engine_opened_to_read_needs_no_docker_client(tmp_path):

@@ -121,3 +121,27 @@ def test_unknown_recipe_is_one_clear_line(project: Path, run):
 def test_stdout_and_context_take_one_recipe(project: Path, run):
     code, _, err = run(project, "--stdout")
     assert code == 2 and "exactly one recipe" in err
+
+
+def test_render_defaults_to_the_site_every_other_command_defaults_to(
+        project: Path, run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$IMAGEBUILD_SITE is the default --site of render as of build, squash, validate and
+    doctor: envs/ is rendered (and checked) for the site the rest of the run uses."""
+    from imagebuild.cli import build_parser
+
+    monkeypatch.setenv("IMAGEBUILD_SITE", "lumi")
+    for command in (["render"], ["build", "r"], ["squash", "r"], ["validate", "r"],
+                    ["doctor", "r"], ["tune", "edf", "b", "r"]):
+        assert build_parser(command).parse_args(command).site == "lumi", command
+    code, out, _ = run(project, "rocm-7.0.2")
+    assert code == 0 and "wrote envs/rocm-7.0.2.toml" in out
+    edf = (project / "envs" / "rocm-7.0.2.toml").read_text()
+    assert "imagebuild render rocm-7.0.2 --site lumi" in edf
+    assert run(project, "--check", "rocm-7.0.2")[0] == 0
+    monkeypatch.delenv("IMAGEBUILD_SITE")  # the committed default: cscs-beverin
+    assert build_parser(["render"]).parse_args(["render"]).site == "cscs-beverin"
+    code, _, err = run(project, "--check", "rocm-7.0.2")
+    assert code == 2 and "envs/rocm-7.0.2.toml" in err
+    monkeypatch.setenv("IMAGEBUILD_SITE", "frontier")  # an unknown one is refused
+    code, out, err = run(project, "--stdout", "rocm-7.0.2")
+    assert code == 2 and out == "" and "no site profile 'frontier'" in err
