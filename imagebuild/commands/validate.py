@@ -110,10 +110,6 @@ def register(subparsers: Any) -> None:
     batch.add_argument("--socket-ifname", default=None, metavar="IF[,IF...]",
                        help="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (default: the site "
                             "profile's network.socket_ifname; lo for a one-node test)")
-    parser.add_argument("--doctor", action=argparse.BooleanOptionalAction, default=True,
-                        help="run `imagebuild doctor` first and stop before the GPU checks "
-                             "when the node does not fit the image (default yes; only where "
-                             "the checks meet this node's AMD GPUs)")
     add_arguments(parser, output=False)
     parser.set_defaults(func=run)
 
@@ -271,6 +267,10 @@ def run(args: argparse.Namespace) -> int:
     # validate/ takes the bundle as plain flags, binds and environment; tune/ makes them.
     tuning = tuning_launch(Path(args.tuning), target.recipe, container) if args.tuning else None
     runner_args += list(tuning.runner_args) if tuning else []
+    if not (args.doctor and launcher == "sbatch" and target.kind == "environment"):
+        # The doctor ran here (or is the sbatch script's per-node step, or was declined):
+        # not again in the runner. A job in a plain environment has no such step.
+        runner_args.append("--no-doctor")
     if launcher == "sbatch":
         inputs_dir = None
         if args.thresholds:
