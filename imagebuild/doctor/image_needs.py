@@ -1,5 +1,6 @@
 """What the image needs, wherever it is described: a recipe (before it is built), an
-image (its manifest, read through the container engine), or a manifest file."""
+image (its manifest, read through the container engine), a squashed image (.sqsh or
+.sif: the manifest read out of its squashfs), or a manifest file."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from imagebuild.convert.read_file import read_from_image_file
 from imagebuild.errors import ValidateError
 from imagebuild.inimage.doctor.needs import ImageNeeds, needs_from_manifest
 from imagebuild.inimage.image_manifest import load_manifest
@@ -34,6 +36,29 @@ def needs_from_file(path: Path) -> ImageNeeds:
         raise ValidateError(f"doctor: {why}", hint="name a recipe or an image, or run inside "
                             "an image built by imagebuild")
     return needs_from_manifest(manifest)
+
+
+#: Squashed image files (imagebuild squash, apptainer build), read without an engine.
+IMAGE_FILE_SUFFIXES = (".sif", ".sqsh", ".squashfs")
+
+
+def is_image_file(target: str) -> bool:
+    return target.endswith(IMAGE_FILE_SUFFIXES)
+
+
+def needs_for_image_file(path: Path) -> ImageNeeds:
+    """The manifest inside a .sqsh or .sif (unsquashfs, no container engine)."""
+    text = read_from_image_file(path, IMAGE_MANIFEST)
+    if text is None:
+        raise ValidateError(f"doctor: {path} has no {IMAGE_MANIFEST}",
+                            hint="doctor reads what an image needs from the manifest "
+                            "imagebuild writes; squash an image built by imagebuild, or "
+                            "name its recipe")
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        raise ValidateError(f"doctor: {path}:{IMAGE_MANIFEST} is not JSON ({exc})") from exc
+    return needs_from_manifest(manifest, path.name)
 
 
 def needs_for_image(ref: str, engine: Any) -> ImageNeeds:
