@@ -10,10 +10,16 @@ from typing import Any
 
 from imagebuild.convert.read_file import read_from_image_file
 from imagebuild.errors import ValidateError
-from imagebuild.inimage.doctor.needs import ImageNeeds, needs_from_manifest
+from imagebuild.inimage.doctor.needs import (
+    DEVICE_CODE_FILE,
+    ImageNeeds,
+    needs_from_manifest,
+    read_device_code,
+    with_device_code,
+)
 from imagebuild.inimage.image_manifest import load_manifest
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.layout import IMAGE_MANIFEST, VENV
+from imagebuild.render.layout import DEVICE_CODE_REPORT, IMAGE_MANIFEST, VENV
 from imagebuild.render.libfabric import abi_name, abi_of
 from imagebuild.render.plan import plugin_prefix
 
@@ -35,7 +41,8 @@ def needs_from_file(path: Path) -> ImageNeeds:
     if manifest is None:
         raise ValidateError(f"doctor: {why}", hint="name a recipe or an image, or run inside "
                             "an image built by imagebuild")
-    return needs_from_manifest(manifest)
+    return with_device_code(needs_from_manifest(manifest),
+                            read_device_code(path.with_name(DEVICE_CODE_FILE)))
 
 
 #: Squashed image files (imagebuild squash, apptainer build), read without an engine.
@@ -58,7 +65,12 @@ def needs_for_image_file(path: Path) -> ImageNeeds:
         manifest = json.loads(text)
     except ValueError as exc:
         raise ValidateError(f"doctor: {path}:{IMAGE_MANIFEST} is not JSON ({exc})") from exc
-    return needs_from_manifest(manifest, path.name)
+    device_code = read_from_image_file(path, DEVICE_CODE_REPORT)
+    try:
+        report = json.loads(device_code) if device_code else None
+    except ValueError:
+        report = None  # a broken report is the build's problem; the manifest still counts
+    return with_device_code(needs_from_manifest(manifest, path.name), report)
 
 
 def needs_for_image(ref: str, engine: Any) -> ImageNeeds:

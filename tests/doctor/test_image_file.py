@@ -23,13 +23,17 @@ pytestmark = pytest.mark.integration
 MANIFEST = "opt/imagebuild/manifest.json"
 
 
-def squashed(tmp_path: Path, image: str | None) -> tuple[Path, Path]:
-    """A .sqsh and a .sif of a root file system holding fixture manifest ``image``."""
+def squashed(tmp_path: Path, image: str | None, device_code: dict | None = None
+             ) -> tuple[Path, Path]:
+    """A .sqsh and a .sif of a root file system holding fixture manifest ``image`` (and a
+    device-code report)."""
     tar_path = tmp_path / "rootfs.tar"
     with tarfile.open(tar_path, "w") as tar:
         files = {"etc/os-release": b"ID=debian\n"}
         if image:
             files[MANIFEST] = (FIXTURES / "images" / f"{image}.json").read_bytes()
+        if device_code:
+            files["opt/imagebuild/device-code.json"] = json.dumps(device_code).encode()
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 1_600_000_000
@@ -98,3 +102,15 @@ def test_validate_preflight_reads_the_sif(tmp_path: Path, capsys: pytest.Capture
     assert code == 1, err
     assert "doctor: img.sif on this node" in err and "FAIL  gfx" in err
     assert "validate stopped before the GPU checks" in err
+
+
+def test_the_device_code_report_comes_out_of_the_sif(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The manifest names gfx90a and gfx942; the report kept gfx942's code only: a LUMI-G
+    node (gfx90a) fails on the report, not on the manifest."""
+    _, sif = squashed(tmp_path, "rocm-6.4.4", {"targets": ["gfx942"], "checked": []})
+    case = build_case("healthy-lumi", tmp_path)
+    code, out, _ = run_cli(capsys, "doctor", str(sif), "--site", "lumi", "--root",
+                           str(case.root))
+    assert code == 1, out
+    assert "FAIL  gfx" in out and "device-code.json keeps device code for gfx942 only" in out
