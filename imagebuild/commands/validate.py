@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
+from imagebuild.inimage.doctor.before_checks import DOCTOR_DONE_ENV
 from imagebuild.inimage.gpu_data import UsageError, load_gpu_data, validate_thresholds
 from imagebuild.inimage.history import append_history, history_record
 from imagebuild.inimage.options import add_arguments
@@ -197,6 +198,15 @@ def container_env(defaults: SiteDefaults, launcher: str, target: Target,
     return {**site, **passthrough_env(environ)}
 
 
+def doctor_handled(args: argparse.Namespace, launcher: str, target: Target) -> dict[str, str]:
+    """Tell the in-image runner not to run the doctor again where it ran here, is the
+    sbatch script's per-node step, or was declined (--no-doctor). A job in a plain Python
+    environment has no such step: its runner runs it on each node."""
+    if args.doctor and launcher == "sbatch" and target.kind == "environment":
+        return {}
+    return {DOCTOR_DONE_ENV: "1"}
+
+
 def run_doctor_first(args: argparse.Namespace, target: Target, gpus: str, launcher: str,
                      defaults: SiteDefaults) -> bool:
     """The doctor's preflight; False (after printing why) when an item failed."""
@@ -267,10 +277,6 @@ def run(args: argparse.Namespace) -> int:
     # validate/ takes the bundle as plain flags, binds and environment; tune/ makes them.
     tuning = tuning_launch(Path(args.tuning), target.recipe, container) if args.tuning else None
     runner_args += list(tuning.runner_args) if tuning else []
-    if not (args.doctor and launcher == "sbatch" and target.kind == "environment"):
-        # The doctor ran here (or is the sbatch script's per-node step, or was declined):
-        # not again in the runner. A job in a plain environment has no such step.
-        runner_args.append("--no-doctor")
     if launcher == "sbatch":
         inputs_dir = None
         if args.thresholds:
@@ -307,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
         and launcher != "sbatch" else None,
         python=args.python or ("python3" if container else sys.executable),
         env={**container_env(defaults, launcher, target, dict(os.environ)),
-             **(tuning.env if tuning else {})},
+             **(tuning.env if tuning else {}), **doctor_handled(args, launcher, target)},
         bind_host_rocm=bool(defaults.bind_host_rocm.value),
         binds=(*(binds if launcher != "local" else ()), *(tuning.binds if tuning else ()),
                *inputs),

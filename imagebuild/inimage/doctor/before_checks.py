@@ -7,7 +7,8 @@ It runs where ``imagebuild validate`` runs inside the image on a node's AMD GPUs
 validate``). Not with --no-doctor or --cpu, not on a node without the amdgpu driver, not
 in the ranks this runner spawned (their parent ran it), and not when the host command
 launched the runner: host ``imagebuild validate`` runs the doctor itself (here, or as its
-sbatch script's per-node step) and passes --no-doctor on.
+sbatch script's per-node step) and says so in the runner's environment (DOCTOR_DONE_ENV:
+a variable, not a flag, so that images built before this step still run).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from .run import DoctorSettings, format_lines, run_doctor
 #: Where the node's /sys and /proc are read (default /): a copy of a node's, or a test's.
 NODE_ROOT_ENV = "IMAGEBUILD_NODE_ROOT"
 MANIFEST_ENV = "IMAGEBUILD_MANIFEST"
+#: Set by host ``imagebuild validate`` where it ran the doctor itself, or declined it.
+DOCTOR_DONE_ENV = "IMAGEBUILD_DOCTOR_DONE"
 DEFAULT_MANIFEST = "opt/imagebuild/manifest.json"
 
 
@@ -64,6 +67,8 @@ def why_not(options: Any, environ: Mapping[str, str], node: Node) -> str | None:
         return "--no-doctor"
     if options.cpu:
         return "--cpu: no GPU checks to protect"
+    if environ.get(DOCTOR_DONE_ENV):
+        return "the host command ran it (here, or as the job's per-node step) or was told not to"
     if environ.get("IMAGEBUILD_VALIDATE_LAUNCHER") == "spawn":
         return "a rank this runner started: the runner ran the doctor before starting it"
     if not node.amdgpu_loaded():
