@@ -5,8 +5,9 @@ Items: the amdgpu driver against the image's ROCm (AMD's tested pairs), the node
 targets against the image's device code, XNACK (HSA_XNACK against amdgpu.noretry), the
 host libfabric's symbol versions against the plugin's, host ROCm bound over the image's,
 two SMI libraries in one process, and MIOpen's cache on a shared file system. What the
-image needs comes from a recipe, from an image's manifest, or (no target, inside an
-image) from /opt/imagebuild/manifest.json; how the site launches it, from --site.
+image needs comes from a recipe, from an image's manifest (through the container engine,
+or out of a .sif or .sqsh file's squashfs), or (no target, inside an image) from
+/opt/imagebuild/manifest.json; how the site launches it, from --site.
 Exit codes: 0 nothing failed (warnings allowed), 1 an item failed, 2 bad input.
 """
 
@@ -37,8 +38,9 @@ def register(subparsers: Any) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", default=None,
-                        help="recipe name or file, or image reference (default: the "
-                             "image this runs in, from /opt/imagebuild/manifest.json)")
+                        help="recipe name or file, image reference, or .sif or .sqsh file "
+                             "(default: the image this runs in, from "
+                             "/opt/imagebuild/manifest.json)")
     parser.add_argument("--site", default=default_site(),
                         help="site profile: the job's environment, binds and the host "
                              "libfabric (default $IMAGEBUILD_SITE)")
@@ -68,8 +70,15 @@ def _is_recipe(target: str, project: Path | None) -> bool:
 
 
 def image_needs(target: str | None, root: Path, project: Path | None) -> tuple[ImageNeeds, str]:
-    """What the image needs, and what kind of target gave it ("recipe", "image", "here")."""
-    from imagebuild.doctor.image_needs import needs_for_image, needs_for_recipe, needs_from_file
+    """What the image needs, and what kind of target gave it ("recipe", "image", "file"
+    for a .sif or .sqsh, "here")."""
+    from imagebuild.doctor.image_needs import (
+        is_image_file,
+        needs_for_image,
+        needs_for_image_file,
+        needs_for_recipe,
+        needs_from_file,
+    )
 
     if target is None:
         manifest = root / "opt/imagebuild/manifest.json"
@@ -78,6 +87,8 @@ def image_needs(target: str | None, root: Path, project: Path | None) -> tuple[I
                                 "built by imagebuild", hint="name a recipe or an image: "
                                 "imagebuild doctor rocm-7.2.4")
         return needs_from_file(manifest), "here"
+    if is_image_file(target):
+        return needs_for_image_file(Path(target)), "file"
     if _is_recipe(target, project):
         from imagebuild.recipe.load import load_recipe
 

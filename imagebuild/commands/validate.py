@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ValidateError
+from imagebuild.inimage.doctor.before_checks import DOCTOR_DONE_ENV
 from imagebuild.inimage.gpu_data import UsageError, load_gpu_data, validate_thresholds
 from imagebuild.inimage.history import append_history, history_record
 from imagebuild.inimage.options import add_arguments
@@ -110,10 +111,6 @@ def register(subparsers: Any) -> None:
     batch.add_argument("--socket-ifname", default=None, metavar="IF[,IF...]",
                        help="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (default: the site "
                             "profile's network.socket_ifname; lo for a one-node test)")
-    parser.add_argument("--doctor", action=argparse.BooleanOptionalAction, default=True,
-                        help="run `imagebuild doctor` first and stop before the GPU checks "
-                             "when the node does not fit the image (default yes; only where "
-                             "the checks meet this node's AMD GPUs)")
     add_arguments(parser, output=False)
     parser.set_defaults(func=run)
 
@@ -199,6 +196,15 @@ def container_env(defaults: SiteDefaults, launcher: str, target: Target,
     if launcher == "local":
         return site  # the local launcher puts this process's environment over it
     return {**site, **passthrough_env(environ)}
+
+
+def doctor_handled(args: argparse.Namespace, launcher: str, target: Target) -> dict[str, str]:
+    """Tell the in-image runner not to run the doctor again where it ran here, is the
+    sbatch script's per-node step, or was declined (--no-doctor). A job in a plain Python
+    environment has no such step: its runner runs it on each node."""
+    if args.doctor and launcher == "sbatch" and target.kind == "environment":
+        return {}
+    return {DOCTOR_DONE_ENV: "1"}
 
 
 def run_doctor_first(args: argparse.Namespace, target: Target, gpus: str, launcher: str,
@@ -311,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         and launcher != "sbatch" else None,
         python=args.python or ("python3" if container else sys.executable),
         env={**container_env(defaults, launcher, target, dict(os.environ)),
-             **(tuning.env if tuning else {})},
+             **(tuning.env if tuning else {}), **doctor_handled(args, launcher, target)},
         bind_host_rocm=bool(defaults.bind_host_rocm.value),
         binds=(*(binds if launcher != "local" else ()), *(tuning.binds if tuning else ()),
                *inputs),

@@ -1,5 +1,6 @@
 """What the image needs, wherever it is described: a recipe (before it is built), an
-image (its manifest, read through the container engine), or a manifest file."""
+image (its manifest, read through the container engine), a squashed image (.sqsh or
+.sif: the manifest read out of its squashfs), or a manifest file."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from imagebuild.convert.read_file import read_from_image_file
 from imagebuild.errors import ValidateError
-from imagebuild.inimage.doctor.needs import ImageNeeds, needs_from_manifest
+from imagebuild.inimage.doctor.needs import (
+    DEVICE_CODE_FILE,
+    ImageNeeds,
+    needs_from_manifest,
+    read_device_code,
+    with_device_code,
+)
 from imagebuild.inimage.image_manifest import load_manifest
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.layout import IMAGE_MANIFEST, VENV
+from imagebuild.render.layout import DEVICE_CODE_REPORT, IMAGE_MANIFEST, VENV
 from imagebuild.render.libfabric import abi_name, abi_of
 from imagebuild.render.plan import plugin_prefix
 
@@ -33,7 +41,36 @@ def needs_from_file(path: Path) -> ImageNeeds:
     if manifest is None:
         raise ValidateError(f"doctor: {why}", hint="name a recipe or an image, or run inside "
                             "an image built by imagebuild")
-    return needs_from_manifest(manifest)
+    return with_device_code(needs_from_manifest(manifest),
+                            read_device_code(path.with_name(DEVICE_CODE_FILE)))
+
+
+#: Squashed image files (imagebuild squash, apptainer build), read without an engine.
+IMAGE_FILE_SUFFIXES = (".sif", ".sqsh", ".squashfs")
+
+
+def is_image_file(target: str) -> bool:
+    return target.endswith(IMAGE_FILE_SUFFIXES)
+
+
+def needs_for_image_file(path: Path) -> ImageNeeds:
+    """The manifest inside a .sqsh or .sif (unsquashfs, no container engine)."""
+    text = read_from_image_file(path, IMAGE_MANIFEST)
+    if text is None:
+        raise ValidateError(f"doctor: {path} has no {IMAGE_MANIFEST}",
+                            hint="doctor reads what an image needs from the manifest "
+                            "imagebuild writes; squash an image built by imagebuild, or "
+                            "name its recipe")
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        raise ValidateError(f"doctor: {path}:{IMAGE_MANIFEST} is not JSON ({exc})") from exc
+    device_code = read_from_image_file(path, DEVICE_CODE_REPORT)
+    try:
+        report = json.loads(device_code) if device_code else None
+    except ValueError:
+        report = None  # a broken report is the build's problem; the manifest still counts
+    return with_device_code(needs_from_manifest(manifest, path.name), report)
 
 
 def needs_for_image(ref: str, engine: Any) -> ImageNeeds:

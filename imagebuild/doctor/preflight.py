@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.doctor.image_needs import needs_for_image, needs_for_recipe, needs_from_file
+from imagebuild.doctor.image_needs import (
+    needs_for_image,
+    needs_for_image_file,
+    needs_for_recipe,
+    needs_from_file,
+)
 from imagebuild.doctor.site_settings import doctor_settings, inside_image
 from imagebuild.inimage.doctor.finding import Finding
 from imagebuild.inimage.doctor.needs import ImageNeeds
@@ -69,8 +74,10 @@ def preflight(target_kind: str, recipe: str | None, image: str | None,
         if not manifest.exists():
             return Preflight((), None, f"no image manifest at {manifest}")
         needs = needs_from_file(manifest)
+    elif target_kind in ("sif", "sqsh") and image:
+        needs = needs_for_image_file(Path(image))
     else:
-        return Preflight((), None, f"cannot read what a {target_kind} file needs from here")
+        return Preflight((), None, f"cannot read what a {target_kind} target needs from here")
     settings = doctor_settings(site, environ, root, bind_host_rocm=bind_host_rocm)
     if target_kind == "environment":
         settings = inside_image(settings)

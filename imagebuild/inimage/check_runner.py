@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from . import CHECK_MODULES, CHECK_NAMES
+from .doctor.before_checks import doctor_first
+from .doctor.before_checks import stop as stop_doctor
 from .fingerprint import fingerprint
 from .gpu_data import (
     UsageError,
@@ -83,6 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # Before any rank starts: a node that does not fit the image stops here, with the fix.
+    doctor = doctor_first(options, os.environ, launch.local_rank if launch else 0)
+    if doctor.stops:
+        return stop_doctor(options, doctor, launch.local_rank if launch else 0,
+                           launch.world_size if launch else 1)
     if launch is None:
         nproc = options.nproc or default_nproc(options)
         if nproc > 1:

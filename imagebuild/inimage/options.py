@@ -58,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                    help="exit 0 when GPU checks were skipped because no GPU is visible")
     g.add_argument("--cpu", action="store_true",
                    help="run in CPU mode even when a GPU is visible")
+    g.add_argument("--doctor", action=argparse.BooleanOptionalAction, default=True,
+                   help="run `imagebuild doctor` first and stop before the checks when the "
+                        "node does not fit the image (default yes; only where the checks "
+                        "meet this node's AMD GPUs)")
     g.add_argument("--manifest", default=None, metavar="PATH",
                    help=f"image manifest to compare against (default: ${MANIFEST_ENV} "
                         f"or {DEFAULT_MANIFEST})")

@@ -11,4 +11,5 @@ shaped like /sys and /proc of an MI250X, MI300A or MI300X node.
 - elf.py, libraries.py: ELF dynamic sections and symbol versions, and library lookup
 - one module per item: driver, gfx, xnack, libfabric, rocm_binds, smi, miopen
 - run.py: all items in order; cli.py: the in-image command
+- before_checks.py: the in-image runner's first step (validate stops on a failed item)
 """

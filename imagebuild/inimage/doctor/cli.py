@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from ..image_manifest import load_manifest
+from .before_checks import in_image_settings
 from .finding import exit_code, report
-from .libfabric import FabricSettings
-from .needs import needs_from_manifest
-from .run import DoctorSettings, format_lines, run_doctor
+from .needs import DEVICE_CODE_FILE, needs_from_manifest, read_device_code, with_device_code
+from .run import format_lines, run_doctor
 
 DEFAULT_MANIFEST = "/opt/imagebuild/manifest.json"
 
@@ -33,11 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     if manifest is None:
         print(f"doctor: {why}", file=sys.stderr)
         return 2
-    needs = needs_from_manifest(manifest)
-    # Inside the image: its loader finds the plugin's libfabric, its mount table shows binds.
-    settings = DoctorSettings(root=root, env=dict(os.environ), in_image=True,
-                              fabric=FabricSettings(in_image=True))
-    findings = run_doctor(needs, settings)
+    needs = with_device_code(needs_from_manifest(manifest),
+                             read_device_code(Path(manifest_path).with_name(DEVICE_CODE_FILE)))
+    findings = run_doctor(needs, in_image_settings(root, os.environ))
     document = report(findings, {"image": needs.name, "rocm": needs.rocm,
                                  "part": "image", "root": str(root)})
     if args.json == "-":

@@ -21,6 +21,7 @@ from .elf import ElfError, read_dynamic
 from .finding import Finding, failed, passed, skipped, warned
 from .libraries import Loader, resolve
 from .needs import ImageNeeds
+from .node import Node
 
 ITEM = "libfabric"
 SONAME = "libfabric.so.1"
@@ -28,6 +29,15 @@ TAG = re.compile(r"^FABRIC_(\d+)\.(\d+)$")
 #: Where HPE's libfabric lives on Cray EX nodes (LUMI's and CSCS's documentation bind or
 #: hook it from there); the newest release directory is the default one.
 CRAY_GLOB = "/opt/cray/libfabric/*/lib64"
+CRAY_PREFIX = "/opt/cray/"
+#: libfabric providers that carry no fabric: kernel sockets (tcp, udp, sockets) or one
+#: host (shm). The image's own libfabric is built with only these
+#: (https://ofiwg.github.io/libfabric/main/man/fi_provider.7.html, "Core providers").
+SOCKET_PROVIDERS = ("tcp", "udp", "sockets", "shm")
+#: What makes the plugin carry RCCL over the fabric: a site profile that says how.
+TCP_FIX = ("name the site profile: --site mi300x-ib on InfiniBand/RoCE clusters (RCCL's own "
+           "IB transport, NCCL_NET=IB), or the Slingshot profile (--site cscs-beverin, "
+           "--site lumi: the host's libfabric with FI_PROVIDER=cxi)")
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,25 @@ def host_library(root: Path, settings: FabricSettings, loader: Loader) -> str | 
     return f"{releases[0]}/{SONAME}" if releases else loader.find(SONAME)
 
 
+def pinned_provider(env: dict[str, str]) -> str | None:
+    """The provider FI_PROVIDER pins (its first; "tcp;ofi_rxm" is tcp), or None when it is
+    unset or excludes ("^verbs": any but verbs; fi_provider(7))."""
+    value = env.get("FI_PROVIDER", "").strip()
+    if not value or value.startswith("^"):
+        return None
+    return re.split(r"[,;]", value)[0].strip().lower() or None
+
+
+def from_host(root: Path, library: str) -> bool:
+    """Inside the image: HPE's libfabric (its Cray path), or one on a mount of its own (a
+    bind from the host), rather than the image's own build on its root file system."""
+    if library.startswith(CRAY_PREFIX):
+        return True
+    node = Node(root)
+    mount = node.mount_of(library, node.mountinfo())
+    return mount is not None and (mount.point.rstrip("/") or "/") != "/"
+
+
 def check(root: Path, needs: ImageNeeds, settings: FabricSettings, env: dict[str, str]
           ) -> Finding:
     if not needs.plugin:
@@ -70,6 +99,10 @@ def check(root: Path, needs: ImageNeeds, settings: FabricSettings, env: dict[str
     if env.get("NCCL_NET") in ("IB", "Socket"):
         return skipped(ITEM, f"NCCL_NET={env['NCCL_NET']}: RCCL uses its own transport, "
                        "not the plugin")
+    provider = pinned_provider(env)
+    if provider in SOCKET_PROVIDERS:
+        return warned(ITEM, f"FI_PROVIDER={env['FI_PROVIDER']}: the plugin carries RCCL over "
+                      f"libfabric's {provider} provider, not the fabric", TCP_FIX)
     loader = Loader(root, env.get("LD_LIBRARY_PATH", "").split(":"))
     tags = set(needs.fabric_needs)
     plugin = needs.plugin_library
@@ -91,6 +124,12 @@ def check(root: Path, needs: ImageNeeds, settings: FabricSettings, env: dict[str
     else:
         library = host_library(root, settings, loader)
         where = "the host has"
+    if library is None and provider is None and not settings.in_image \
+            and not settings.library_dir and settings.provided_by != "site":
+        return warned(ITEM, f"the image's plugin is in use with no FI_PROVIDER pin, no "
+                      f"NCCL_NET=IB and no host libfabric (looked in {CRAY_GLOB} and the "
+                      f"system library directories): it loads the image's own libfabric "
+                      f"(tcp, udp, shm) and carries RCCL over TCP", TCP_FIX)
     if library is None:
         looked = settings.library_dir or f"{CRAY_GLOB} and the system library directories"
         status = failed if settings.provided_by == "site" else warned
@@ -112,5 +151,8 @@ def check(root: Path, needs: ImageNeeds, settings: FabricSettings, env: dict[str
                       f"{', '.join(missing)}: it will not load, and RCCL falls back to sockets",
                       "build the plugin against the oldest libfabric the sites bind (the "
                       "recipe's network_plugin.libfabric.version)")
+    if settings.in_image and provider is None and not from_host(root, library):
+        return warned(ITEM, f"the plugin loads the image's own {library} (tcp, udp, shm) and "
+                      f"no FI_PROVIDER pins a fabric provider: RCCL over TCP", TCP_FIX)
     return passed(ITEM, f"{where} {library} (up to {newest}); the plugin needs "
                   f"{', '.join(sorted(tags, key=tag_key))}")

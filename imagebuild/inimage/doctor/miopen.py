@@ -20,6 +20,10 @@ ITEM = "miopen"
 SHARED = ("lustre", "nfs", "nfs4", "gpfs", "beegfs", "cifs", "smb3", "ceph", "dvs", "wekafs",
           "fuse.sshfs", "glusterfs", "panfs")
 VARIABLES = (("MIOPEN_USER_DB_PATH", ".config/miopen"), ("MIOPEN_CUSTOM_CACHE_DIR", ".cache/miopen"))
+#: Read-only whatever their options say: a kernel squashfs, and squashfuse's FUSE mounts
+#: (enroot and unprivileged apptainer mount a .sqsh/.sif with squashfuse; /proc/mounts
+#: then shows "fuse.squashfuse_ll ... rw": https://github.com/vasi/squashfuse).
+READ_ONLY = ("squashfs", "fuse.squashfuse", "fuse.squashfuse_ll")
 REFERENCE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
@@ -44,7 +48,7 @@ def check(node: Node, env: dict[str, str]) -> Finding:
         where = f"{path} ({origin}) is on {mount.fstype} {mount.point}"
         if mount.fstype in SHARED:
             problems.append(f"{where}, shared between nodes")
-        elif "ro" in mount.options or mount.fstype == "squashfs":
+        elif "ro" in mount.options or mount.fstype in READ_ONLY:
             problems.append(f"{where}, read-only")
         elif f"{path} on {mount.fstype}" not in places:
             places.append(f"{path} on {mount.fstype}")

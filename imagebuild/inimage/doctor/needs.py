@@ -1,14 +1,32 @@
 """What an image needs from the node, from its manifest (/opt/imagebuild/manifest.json,
 schema: imagebuild/data/image-manifest.schema.json): its ROCm release, the GPU targets
 it is built for, its network plugin and the libfabric symbol versions that plugin
-needs (recorded by the build's plugin check), and its Python environment."""
+needs (recorded by the build's plugin check), and its Python environment; and, where
+the final stage wrote one, its device-code report (/opt/imagebuild/device-code.json,
+imagebuild/render/templates/device-code-check.py): the targets whose code the image kept
+and, per kernel library torch loads, its kernel files per target."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ..image_manifest import section
+
+#: Beside the manifest: what the final stage's device-code diet kept.
+DEVICE_CODE_FILE = "device-code.json"
+
+
+@dataclass(frozen=True)
+class KernelLibrary:
+    """A library torch loads that finds its kernels by architecture in a directory."""
+
+    library: str  # /opt/rocm/lib/librocblas.so.4
+    stem: str  # librocblas
+    kernels: str  # its kernel directory
+    files: tuple[tuple[str, int], ...]  # (target, kernel files for it)
 
 
 @dataclass(frozen=True)
@@ -21,6 +39,10 @@ class ImageNeeds:
     #: FABRIC_x.y tags the plugin needs from libfabric (empty: unknown).
     fabric_needs: tuple[str, ...]
     venv: str | None
+    #: From the device-code report, when the image has one: the targets whose code it kept
+    #: (None: no report), and its kernel libraries.
+    device_code_targets: tuple[str, ...] | None = None
+    kernel_libraries: tuple[KernelLibrary, ...] = ()
 
     @property
     def rocm_line(self) -> str | None:
@@ -41,3 +63,30 @@ def needs_from_manifest(manifest: dict[str, Any], name: str | None = None) -> Im
         fabric_needs=tuple(elf.get("libfabric_versions_needed") or plugin.get(
             "libfabric_versions_needed") or ()),
         venv=manifest.get("venv") or None)
+
+
+def read_device_code(path: str | Path) -> dict[str, Any] | None:
+    """The device-code report at ``path``; None when there is none (images without the
+    diet: ROCm from wheels) or it is unreadable."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def with_device_code(needs: ImageNeeds, report: dict[str, Any] | None) -> ImageNeeds:
+    """``needs`` with what the device-code report says; unchanged without a report."""
+    if not isinstance(report, dict) or not isinstance(report.get("targets"), list):
+        return needs
+    libraries = []
+    for entry in report.get("checked") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
+            continue
+        libraries.append(KernelLibrary(
+            str(entry.get("library", "")), str(entry.get("stem", "")),
+            str(entry.get("kernels", "")),
+            tuple((str(t), int(n)) for t, n in sorted(entry["files"].items())
+                  if isinstance(n, int))))
+    return replace(needs, device_code_targets=tuple(str(t) for t in report["targets"]),
+                   kernel_libraries=tuple(libraries))

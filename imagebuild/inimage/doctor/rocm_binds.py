@@ -6,6 +6,11 @@ one process: symbol errors at best, wrong results or hangs at worst
 (https://github.com/apptainer/apptainer/issues/1621). From the host, doctor reads the
 launch settings (the site's binds and apptainer.bind_host_rocm); inside the image it
 reads the mount table (/proc/self/mountinfo), where a bind mount shows its target.
+apptainer --rocm binds each host library of its rocmliblist.conf read-only, one file at a
+time, into /.singularity.d/libs and puts that directory on LD_LIBRARY_PATH
+(https://github.com/apptainer/apptainer/blob/main/etc/rocmliblist.conf; addLibsMount in
+https://github.com/apptainer/apptainer/blob/main/internal/pkg/runtime/engine/apptainer/container_linux.go),
+so those mounts are found by the library's name.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ ITEM = "rocm-binds"
 ROCM_PREFIXES = ("/opt/rocm",)
 ROCM_LIBRARIES = ("libamdhip64.so", "librccl.so", "libhsa-runtime64.so", "libamd_smi.so",
                   "librocm_smi64.so", "libMIOpen.so", "librocblas.so", "libhipblaslt.so",
-                  "libroctx64.so", "librocprofiler")
+                  "libroctx64.so", "librocprofiler", "libhsakmt.so", "libamd_comgr.so")
 
 
 def is_rocm_path(path: str) -> bool:

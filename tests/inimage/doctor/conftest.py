@@ -40,7 +40,7 @@ def build_case(name: str, directory: Path) -> NodeCase:
     for relative in case.get("remove", []):
         (root / relative).unlink()
     manifest = json.loads((FIXTURES / "images" / f"{case['image']}.json").read_text())
-    (root / "opt/imagebuild").mkdir(parents=True)
+    (root / "opt/imagebuild").mkdir(parents=True, exist_ok=True)
     (root / "opt/imagebuild/manifest.json").write_text(json.dumps(manifest))
     for library in case.get("libraries", []):
         out = root / library["path"].lstrip("/")

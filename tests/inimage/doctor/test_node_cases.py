@@ -10,7 +10,12 @@ import pytest
 
 from imagebuild.doctor.site_settings import doctor_settings
 from imagebuild.inimage.doctor.finding import FAIL, PASS, SKIP, exit_code
-from imagebuild.inimage.doctor.needs import needs_from_manifest
+from imagebuild.inimage.doctor.needs import (
+    DEVICE_CODE_FILE,
+    needs_from_manifest,
+    read_device_code,
+    with_device_code,
+)
 from imagebuild.inimage.doctor.run import ITEMS, run_doctor
 from imagebuild.recipe.site import load_site
 from tests.inimage.doctor.conftest import CASES, NodeCase
@@ -22,7 +27,9 @@ def doctor(case: NodeCase) -> dict[str, tuple[str, str, str]]:
     if case.in_image:
         settings = replace(settings, in_image=True,
                            fabric=replace(settings.fabric, in_image=True))
-    findings = run_doctor(needs_from_manifest(case.manifest), settings)
+    needs = with_device_code(needs_from_manifest(case.manifest), read_device_code(
+        case.root / "opt/imagebuild" / DEVICE_CODE_FILE))
+    findings = run_doctor(needs, settings)
     assert [f.item for f in findings] == list(ITEMS)
     return {f.item: (f.status, f.reason, f.fix) for f in findings}
 
