@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import CHECK_MODULES, CHECK_NAMES
+from .across_ranks import summarize_ranks
 from .fingerprint import fingerprint
 from .gpu_data import (
     UsageError,
@@ -286,6 +287,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
         gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
         merge = getattr(module, "merge", None)
         merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
+        merged = summarize_ranks(merged)  # every rank judged, not rank 0's figures only
         ctx.thresholds = floors
         merged = judge_against_references(merged, mine, floors,
                                           references.system if references else None, gpu)

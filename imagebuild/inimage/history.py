@@ -1,6 +1,7 @@
 """A system's validation history: one JSON line per run, appended after every run.
 
-Each line holds the run's key figures with what they depend on: the system, the image's
+Each line holds the run's key figures (for a figure every rank measures, the worst rank's,
+with its rank and the median of the ranks under ``across_ranks``) with what they depend on: the system, the image's
 identity (reference, recipe, input hash, torch/HIP/ROCm versions), the GPU, ranks and
 nodes, and the train step's configuration, so ``imagebuild report --history FILE`` can
 show a figure over time and compare each run only with earlier runs of the same setup.
@@ -34,7 +35,19 @@ HISTORY_FIGURES = (
 )
 
 
+def _across_ranks(report: Mapping[str, Any], dotted: str) -> Mapping[str, Any] | None:
+    """The spread across ranks of a figure every rank measured (across_ranks.py)."""
+    name, _, path = dotted.partition(".")
+    figures = next((c.get("figures") or {} for c in report.get("checks", [])
+                    if c.get("name") == name), {})
+    spread = (figures.get("across_ranks") or {}).get(path)
+    return spread if isinstance(spread, Mapping) else None
+
+
 def _figure(report: Mapping[str, Any], dotted: str) -> Any:
+    spread = _across_ranks(report, dotted)
+    if spread is not None:  # the slowest rank's, which the job runs at; not rank 0's
+        return spread.get("worst")
     name, _, path = dotted.partition(".")
     value: Any = next((c.get("figures", {}) for c in report.get("checks", [])
                        if c.get("name") == name), None)
@@ -67,6 +80,10 @@ def history_record(report: Mapping[str, Any], system: str | None) -> dict[str, A
         "checks": {c.get("name"): c.get("status") for c in report.get("checks", [])},
         "exit_code": (report.get("summary") or {}).get("exit_code"),
         "figures": figures,
+        # where every rank measured its own figure: the worst rank (in figures) and the median
+        "across_ranks": {name: {key: spread.get(key) for key in
+                                ("worst", "rank", "host", "median", "ranks")}
+                         for name in figures if (spread := _across_ranks(report, name))},
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .across_ranks import median
 from .result import FAILED, CheckResult
 
 GPU_MARGIN = 0.10
@@ -26,12 +27,6 @@ PER_RANK_FIGURES: Mapping[str, tuple[str, ...]] = {
     "attention": ("fwd_bwd_tflops",),
     "hipblaslt": ("tflops",),
 }
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _gpu(rank: Mapping[str, Any]) -> str:
@@ -51,14 +46,14 @@ def find_stragglers(per_rank: Sequence[Mapping[str, Any]], figure: str, margin: 
     info = {int(r["rank"]): r for r in ranks}
     found = []
     for rank, value in sorted(values.items()):
-        median = _median([v for r, v in values.items() if r != rank])
-        if median <= 0:
+        peers = median([v for r, v in values.items() if r != rank])
+        if peers <= 0:
             continue
-        slower = 1 - value / median
+        slower = 1 - value / peers
         if slower > margin:
             found.append({"rank": rank, "host": info.get(rank, {}).get("host"),
                           "gpu": _gpu(info.get(rank, {})), "figure": figure, "value": value,
-                          "peers_median": median, "slower_by": round(slower, 4)})
+                          "peers_median": peers, "slower_by": round(slower, 4)})
     return found
 
 

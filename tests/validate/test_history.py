@@ -75,23 +75,46 @@ def test_the_history_file_is_json_lines_and_a_bad_line_is_named(tmp_path: Path) 
         read_history(path)
 
 
-def _validate(cwd: Path, number: int, slow: str | None = None) -> None:
+def _validate(cwd: Path, number: int, slow: str | None = None,
+              references: str | None = None) -> subprocess.CompletedProcess:
     env = {SLOW_RANK_ENV: slow} if slow else {}
+    extra = ["--references", references] if references else []
     proc = run_imagebuild("validate", "--local", "--cpu", "--allow-cpu", "--checks", "gemm",
-                          "--cpu-gemm", "--system", "ci-node", "--history", "h.jsonl",
-                          "--report", f"r{number}.json", cwd=cwd, env=env)
+                          "--cpu-gemm", "--nproc", "2", "--system", "ci-node",
+                          "--history", "h.jsonl", "--report", f"r{number}.json", *extra,
+                          cwd=cwd, env=env)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     assert "history: h.jsonl" in proc.stdout
+    return proc
 
 
-def test_runs_build_a_history_and_report_flags_the_slowed_run(tmp_path: Path) -> None:
-    """Two real CPU runs, then one whose rank 0 sleeps 10 ms per GEMM call (the test hook):
-    its gemm.tflops falls several times below the band of the first two."""
+def test_runs_build_a_history_and_report_flags_the_slowed_rank(tmp_path: Path) -> None:
+    """Three runs of two real gloo ranks; in the third, rank 1 (not rank 0, whose figures
+    the report shows on top) sleeps 20 ms per GEMM call (the test hook). Its reference
+    check fails naming rank 1, and its history line holds rank 1's figure, far below the
+    band of the first two runs."""
     _validate(tmp_path, 1)
-    _validate(tmp_path, 2)
-    _validate(tmp_path, 3, slow="0:0.01")
+    first = read_history(tmp_path / "h.jsonl")[0]
+    # This machine's own figure, from run 1, with room for a shared machine's noise.
+    (tmp_path / "refs.json").write_text(json.dumps({"system": "ci-node", "gpus": {"cpu": {
+        "gemm.tflops": [first["figures"]["gemm.tflops"], -0.6, None, "TFLOP/s"]}}}))
+    _validate(tmp_path, 2, references="refs.json")
+    assert json.loads((tmp_path / "r2.json").read_text())["checks"][0]["status"] == "passed"
+    _validate(tmp_path, 3, slow="1:0.02", references="refs.json")
+    slowed = json.loads((tmp_path / "r3.json").read_text())["checks"][0]
+    assert slowed["status"] == "failed"
+    assert "gemm.tflops" in slowed["reason"] and "on rank 1 (" in slowed["reason"]
+    assert "outside the ci-node reference" in slowed["reason"]
+    judged = {e["figure"]: e for e in slowed["figures"]["judged_against"]}
+    assert judged["gemm.tflops"]["rank"] == 1 and judged["gemm.tflops"]["verdict"] == "failed"
     records = read_history(tmp_path / "h.jsonl")
     assert [r["system"] for r in records] == ["ci-node"] * 3
+    assert [r["world_size"] for r in records] == [2, 2, 2]
+    last = records[2]
+    assert last["across_ranks"]["gemm.tflops"]["rank"] == 1
+    assert last["figures"]["gemm.tflops"] == last["across_ranks"]["gemm.tflops"]["worst"]
+    assert last["figures"]["gemm.tflops"] < 0.5 * last["across_ranks"]["gemm.tflops"]["median"]
+    assert last["figures"]["gemm.tflops"] < 0.5 * records[1]["figures"]["gemm.tflops"]
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(NO_MATPLOTLIB)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tmp_path / "site"), str(REPO))),
@@ -101,7 +124,7 @@ def test_runs_build_a_history_and_report_flags_the_slowed_run(tmp_path: Path) ->
                            "h.jsonl", "--figure", "gemm.tflops"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the latest run regressed
-    assert "3: " in proc.stdout and "ci-node cpu x1" in proc.stdout
+    assert "3: " in proc.stdout and "ci-node cpu x2" in proc.stdout
     assert "BELOW" in proc.stdout
     assert "run 3: gemm.tflops" in proc.stdout and "is below the band" in proc.stdout
     assert "of 2 earlier run(s) of the same setup" in proc.stdout
