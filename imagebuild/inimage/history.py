@@ -15,6 +15,7 @@ job on a shared file system) as the host does after a containerised run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -58,6 +59,17 @@ def _figure(report: Mapping[str, Any], dotted: str) -> Any:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def fingerprint_digest(fingerprint: Any) -> str | None:
+    """One sha256 over the libraries a run loaded (fingerprint.py: name and sha256 of each),
+    so two runs that loaded the same bytes share it, wherever the files were mounted."""
+    files = fingerprint.get("files") if isinstance(fingerprint, Mapping) else None
+    if not files:
+        return None
+    pairs = sorted(f"{f.get('name')}:{f.get('sha256')}" for f in files
+                   if isinstance(f, Mapping))
+    return "sha256:" + hashlib.sha256("\n".join(pairs).encode()).hexdigest()
+
+
 def history_record(report: Mapping[str, Any], system: str | None) -> dict[str, Any]:
     """One run's line: identity, setup and the numeric key figures it measured."""
     versions = report.get("versions") or {}
@@ -73,6 +85,7 @@ def history_record(report: Mapping[str, Any], system: str | None) -> dict[str, A
                    or report.get("host")),
         "image": report.get("image"), "recipe": report.get("recipe"),
         "input_hash": report.get("input_hash"),
+        "fingerprint": fingerprint_digest(report.get("fingerprint")),
         "versions": {key: versions.get(key) for key in ("torch", "hip", "cuda", "rocm", "nccl")},
         "gpu_model": report.get("gpu_model"), "mode": report.get("mode"),
         "world_size": report.get("world_size"), "nodes": report.get("nodes"),
