@@ -367,7 +367,8 @@ def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]], references: 
         "thresholds": ctx.thresholds,
         "system": (options.system or (references.system if references else None)
                    or ctx.host),
-        "references": ({"system": references.system, "source": references.source,
+        "references": ({"system": references.system, "source": references.provenance(),
+                        "described_as": references.source,
                         "figures": {k: r.to_list() for k, r in sorted(mine.items())}}
                        if references else None),
         "options": {key: value for key, value in sorted(vars(options).items())

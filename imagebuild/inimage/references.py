@@ -23,6 +23,7 @@ JSON only: the host converts the YAML a site profile names (standard library her
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -73,8 +74,15 @@ class Reference:
 @dataclass(frozen=True)
 class References:
     system: str
-    source: str
+    source: str | None  # the document's own "source" text: where its figures come from
     by_gpu: Mapping[str, Mapping[str, Reference]]
+    #: The user's file: the path as given and the sha256 of its bytes. The host hands the
+    #: runner a JSON copy, with these under "file", so the report names the original.
+    file: str | None = None
+    sha256: str | None = None
+
+    def provenance(self) -> dict[str, Any]:
+        return {"path": self.file, "sha256": self.sha256}
 
     def for_gpu(self, model: str | None, cpu: bool) -> dict[str, Reference]:
         """The references for one device: "*" first, then its own model's (or "cpu")."""
@@ -93,9 +101,15 @@ def parse_references(raw: Any, where: str) -> References:
     """Check a references document; every problem raises UsageError naming its key."""
     if not isinstance(raw, Mapping):
         raise UsageError(f"{where}: expected a mapping with 'system' and 'gpus'")
-    unknown = sorted(set(raw) - {"system", "gpus", "source"})
+    unknown = sorted(set(raw) - {"system", "gpus", "source", "file"})
     if unknown:
         raise UsageError(f"{where}: {unknown[0]}: unknown key (expected system, gpus, source)")
+    file = raw.get("file")
+    if file is not None and not (isinstance(file, Mapping)
+                                 and isinstance(file.get("path"), str)
+                                 and isinstance(file.get("sha256"), str)):
+        raise UsageError(f"{where}: file: expected {{path, sha256}} of the original file "
+                         "(imagebuild validate writes it; leave it out of your own file)")
     system = raw.get("system")
     if not isinstance(system, str) or not system.strip():
         raise UsageError(f"{where}: system: expected the system's name, like cscs-beverin")
@@ -111,7 +125,8 @@ def parse_references(raw: Any, where: str) -> References:
         by_gpu[str(model)] = {
             str(figure): _reference(str(figure), value, f"{where}: gpus.{model}.{figure}")
             for figure, value in figures.items()}
-    return References(system.strip(), str(raw.get("source") or where), by_gpu)
+    return References(system.strip(), str(raw["source"]) if raw.get("source") else None, by_gpu,
+                      file["path"] if file else None, file["sha256"] if file else None)
 
 
 def _reference(figure: str, value: Any, where: str) -> Reference:
@@ -142,13 +157,17 @@ def _reference(figure: str, value: Any, where: str) -> Reference:
 def load_references(path: str | os.PathLike[str]) -> References:
     file = Path(path)
     try:
-        raw = json.loads(file.read_text())
+        data = file.read_bytes()
+        raw = json.loads(data)
     except OSError as exc:
         raise UsageError(f"{file}: cannot read references ({exc.strerror})") from exc
     except ValueError as exc:
         raise UsageError(f"{file}: not valid JSON: {exc} (the in-image runner reads JSON; "
                          "the host CLI also reads YAML)") from exc
-    return parse_references(raw, str(file))
+    parsed = parse_references(raw, str(file))
+    if parsed.file is None:  # read from the user's own file, not the host's copy
+        parsed = replace(parsed, file=str(file), sha256=hashlib.sha256(data).hexdigest())
+    return parsed
 
 
 # --- generic floors, and which references replace them -------------------------------------

@@ -3,6 +3,7 @@ reference tuples), the generic floor where there is none, and the report saying 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -178,6 +179,9 @@ def test_the_runner_judges_a_real_run_against_the_systems_references(tmp_path: P
     report = json.loads((tmp_path / "r.json").read_text())
     assert_valid_report(report)
     assert report["references"]["system"] == "ci-node"
+    assert report["references"]["source"] == {"path": "refs.json", "sha256": hashlib.sha256(
+        (tmp_path / "refs.json").read_bytes()).hexdigest()}
+    assert report["references"]["described_as"] is None
     result = check(report, "collectives")
     assert result["status"] == "failed"
     assert "collectives.busbw_gbps_at_largest.all_reduce" in result["reason"]
@@ -233,3 +237,14 @@ def test_a_lower_is_better_figure_is_judged_on_its_highest_rank() -> None:
     worst = spread([(0, "a", 2.1), (1, "b", 3.4), (2, "c", 2.2)], higher_is_better=False)
     assert (worst["worst"], worst["rank"], worst["host"]) == (3.4, 1, "b")
     assert worst["median"] == 2.2
+
+
+def test_a_copy_made_by_the_host_names_the_original_file() -> None:
+    copy = parse_references({"system": "s", "source": "measured by the site, 2026-05",
+                             "file": {"path": "sites/beverin-refs.yaml", "sha256": "ab" * 32},
+                             "gpus": {"*": {"gemm.tflops": [1.0, None, None, None]}}}, "x.json")
+    assert copy.provenance() == {"path": "sites/beverin-refs.yaml", "sha256": "ab" * 32}
+    assert copy.source == "measured by the site, 2026-05"
+    with pytest.raises(UsageError, match=r"x.json: file: expected \{path, sha256\}"):
+        parse_references({"system": "s", "file": "refs.yaml",
+                          "gpus": {"*": {"gemm.tflops": [1.0, None, None, None]}}}, "x.json")

@@ -91,6 +91,12 @@ def test_without_a_slow_rank_the_cpu_gemm_passes(tmp_path: Path) -> None:
     gemm = check(report, "gemm")
     assert gemm["status"] == "passed" and gemm["figures"]["stragglers"] == []
     assert all(r["tflops"] > 0 for r in gemm["figures"]["per_rank"])
+    # what the figure was judged against, on the rank that gave its worst value
+    (judged,) = gemm["figures"]["judged_against"]
+    assert judged["figure"] == "gemm.tflops" and judged["against"] == "nothing"
+    assert judged["why"] == "CPU mode: no peak, no floor, no reference for this figure"
+    assert judged["value"] == min(r["tflops"] for r in gemm["figures"]["per_rank"])
+    assert judged["ranks"] == 2 and judged["rank"] in (0, 1)
 
 
 @pytest.mark.parametrize("margin", ["0", "1.5"])
