@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
                              "default: every figure in the history)")
     parser.add_argument("--band", type=float, default=DEFAULT_TOLERANCE, metavar="FRACTION",
                         help="with --history: the band's least half-width, a fraction of "
-                             "the earlier unflagged runs' median (the band is their median "
+                             "the earlier runs' median (the band is their median "
                              "+- max(3 scaled MADs, this); default 0.05)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="plot path (default ./reports/compare-<time>.png)")
@@ -171,7 +171,7 @@ def show_history(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(f"[yellow]flagged:[/] {escape(note)}", soft_wrap=True)
     if not notes:
-        console.print(f"no run outside the band of its earlier unflagged runs (median "
+        console.print(f"no run outside the band of its earlier runs (median "
                       f"+- max(3 MAD, {args.band:.0%}))")
     # A regression fails; a latest run above its band is flagged but not a failure.
     latest_regressed = any(columns[f][-1].flag == "below" for f in figures)

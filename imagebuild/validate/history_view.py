@@ -2,7 +2,8 @@
 
 Each run's figure is compared with the earlier runs of the same setup only (system, GPU,
 mode, ranks, nodes; for train and Megatron figures also the train configuration, as
-``imagebuild report`` compares tokens/s) that were not flagged themselves: the band is
+``imagebuild report`` compares tokens/s) that were not flagged below their own band: the
+band is
 their median plus or minus the larger of MAD_WIDTH scaled median absolute deviations and
 a tolerance (default 5 %) of the median, and a value outside it is flagged. A band needs
 MIN_EARLIER such runs; before that a run is shown, not judged.
@@ -15,9 +16,12 @@ outliers: Do not use standard deviation around the mean, use absolute deviation 
 the median", J. Exp. Soc. Psychol. 49 (2013), https://doi.org/10.1016/j.jesp.2013.03.013,
 who propose 2.5 to 3 scaled MADs; 3 here, the conservative end, since a flag is a
 regression alarm); the tolerance floor keeps a few nearly identical runs (MAD near 0)
-from flagging the next run's ordinary noise; flagged runs stay out of later bands so a
-regression does not widen the band that should catch the next one; and two earlier runs
-are the fewest that show what a setup does rather than what one run happened to do.
+from flagging the next run's ordinary noise; runs flagged below stay out of later bands so
+a regression does not lower the bar that should catch the next one (it stays flagged until
+it is fixed; a system that is slower for good starts a new history file), while runs above
+their band join later ones, so an image that is faster for good becomes the new normal
+after a few runs instead of being flagged forever; and two earlier runs are the fewest that
+show what a setup does rather than what one run happened to do.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ DEFAULT_TOLERANCE = 0.05
 MAD_WIDTH = 3.0
 #: The MAD times this estimates a normal distribution's standard deviation.
 MAD_TO_SIGMA = 1.4826
-#: Earlier unflagged runs of the same setup a band needs.
+#: Earlier runs of the same setup (not flagged below) a band needs.
 MIN_EARLIER = 2
 
 
@@ -92,7 +96,7 @@ def series(records: Sequence[Mapping[str, Any]], figure: str,
         value = (record.get("figures") or {}).get(figure)
         key = setup_key(record, figure)
         earlier = [float(point.value) for point, r in zip(points, records, strict=False)
-                   if point.value is not None and point.flag is None
+                   if point.value is not None and point.flag != "below"
                    and setup_key(r, figure) == key]
         band = band_of(earlier, tolerance) if len(earlier) >= MIN_EARLIER else None
         flag = None
@@ -131,7 +135,7 @@ def flag_notes(records: Sequence[Mapping[str, Any]], figures: Sequence[str],
             if point.flag and point.band and point.value is not None:
                 notes.append(f"run {point.run}: {figure} {point.value:.4g} is {point.flag} the "
                              f"band {point.band[0]:.4g}..{point.band[1]:.4g} of {point.earlier} "
-                             f"earlier unflagged run(s) of the same setup (their median "
+                             f"earlier run(s) of the same setup not flagged below (their median "
                              f"+- max({MAD_WIDTH:g} MAD, {tolerance:.0%}))")
     return notes
 

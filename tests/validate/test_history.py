@@ -48,7 +48,7 @@ def test_one_earlier_run_does_not_judge_the_next() -> None:
     assert points[1].flag is None and points[1].band is None
 
 
-def test_a_flagged_run_stays_out_of_later_bands() -> None:
+def test_a_run_flagged_below_stays_out_of_later_bands() -> None:
     """The outlier at 300 is flagged; had it joined the band (the old rule: the earlier
     runs' range), the regression to 400 after it would pass unflagged."""
     records = [_record(500.0), _record(505.0), _record(300.0), _record(400.0)]
@@ -56,6 +56,13 @@ def test_a_flagged_run_stays_out_of_later_bands() -> None:
     assert [p.flag for p in points] == [None, None, "below", "below"]
     assert points[3].earlier == 2  # 500 and 505; not the flagged 300
     assert points[3].band == (pytest.approx(502.5 * 0.95), pytest.approx(502.5 * 1.05))
+
+
+def test_a_faster_image_becomes_the_new_normal_after_a_few_runs() -> None:
+    """Runs above their band join later bands: a lasting improvement stops being flagged."""
+    records = [_record(v) for v in (500.0, 505.0, 600.0, 610.0, 605.0, 598.0)]
+    assert [p.flag for p in series(records, "gemm.tflops")] == [
+        None, None, "above", "above", None, None]
 
 
 def test_a_noisy_figure_gets_a_band_as_wide_as_its_noise() -> None:
@@ -156,7 +163,7 @@ def test_runs_build_a_history_and_report_flags_the_slowed_rank(tmp_path: Path) -
     assert "3: " in proc.stdout and "ci-node cpu x2" in proc.stdout
     assert "BELOW" in proc.stdout
     assert "run 3: gemm.tflops" in proc.stdout and "is below the band" in proc.stdout
-    assert "of 2 earlier unflagged run(s) of the same setup" in proc.stdout
+    assert "of 2 earlier run(s) of the same setup not flagged below" in proc.stdout
     assert "plot skipped" in proc.stdout and "imagebuild[report]" in proc.stdout
 
 
