@@ -19,8 +19,8 @@ from .result import CheckResult
 PER_RANK_FIGURES: Mapping[str, Mapping[str, bool]] = {
     "gemm": {"tflops": True, "fraction_of_peak": True, "worst_shape_tflops": True,
              "worst_shape_fraction_of_peak": True},
-    "attention": {"fwd_bwd_tflops": True, "fraction_of_peak": True,
-                  "bwd_fwd_time_ratio": False},
+    "attention": {"fwd_bwd_tflops": True, "fwd_tflops": True, "bwd_tflops": True,
+                  "fraction_of_peak": True, "bwd_fwd_time_ratio": False},
     "hipblaslt": {"tflops": True, "fraction_of_peak": True},
 }
 

@@ -23,8 +23,10 @@ CPU_MARGIN = 0.5
 
 #: Per-rank figures, all "higher is better", by check.
 PER_RANK_FIGURES: Mapping[str, tuple[str, ...]] = {
-    "gemm": ("tflops",),
-    "attention": ("fwd_bwd_tflops",),
+    # the worst shape too: one slow kernel choice hides in the aggregate of many
+    "gemm": ("tflops", "worst_shape_tflops"),
+    # each pass too: a rank slow in the backward pass only hides in the fwd+bwd sum
+    "attention": ("fwd_bwd_tflops", "fwd_tflops", "bwd_tflops"),
     "hipblaslt": ("tflops",),
 }
 
