@@ -43,8 +43,9 @@
 #              materializes the seq x seq scores where the step's SDPA is fused
 #   with references, history and telemetry (`--checks devices,gemm,attention,train
 #   --train-layers 8 --references R --history H`, run twice): gemm 705.9 / 705.6 TFLOP/s
-#   (operands now rotate through twice the 60 MB L2), attention 498.2 / 499.5, train 8
-#   blocks 27,372 / 27,500 tokens/s (MFU = HFU 46.6 / 46.8 %, no recompute); NVML telemetry:
+#   (operands now rotate through twice the H200's 50 MB L2, gpus.json llc_mib; the full
+#   GH100 die has 60 MB), attention 498.2 / 499.5, train 8 blocks 27,372 / 27,500
+#   tokens/s (MFU = HFU 46.6 / 46.8 %, no recompute); NVML telemetry:
 #   SM clock 1515-1980 MHz, up to 701 W, 62 C, "sw_power_cap" throttling in gemm, attention
 #   and train; the history flagged nothing (within +-5 %); 19 libraries fingerprinted
 #   tune       shapes --local 11 s; TunableOp kept cuBLAS's "Default" for all 4 top problems

@@ -56,8 +56,9 @@ def register(subparsers: Any) -> None:
                         help="with --history: a figure to show, like gemm.tflops (repeatable; "
                              "default: every figure in the history)")
     parser.add_argument("--band", type=float, default=DEFAULT_TOLERANCE, metavar="FRACTION",
-                        help="with --history: how far beyond the earlier runs' range a run "
-                             "may go before it is flagged (default 0.05)")
+                        help="with --history: the band's least half-width, a fraction of "
+                             "the earlier runs' median (the band is their median "
+                             "+- max(3 scaled MADs, this); default 0.05)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="plot path (default ./reports/compare-<time>.png)")
     parser.add_argument("--no-plot", action="store_true", help="print the table only")
@@ -170,7 +171,8 @@ def show_history(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(f"[yellow]flagged:[/] {escape(note)}", soft_wrap=True)
     if not notes:
-        console.print(f"no run outside the band of its earlier runs (+-{args.band:.0%})")
+        console.print(f"no run outside the band of its earlier runs (median "
+                      f"+- max(3 MAD, {args.band:.0%}))")
     # A regression fails; a latest run above its band is flagged but not a failure.
     latest_regressed = any(columns[f][-1].flag == "below" for f in figures)
     if not args.no_plot:

@@ -23,6 +23,7 @@ from imagebuild.inimage.history import append_history, history_record
 from imagebuild.inimage.options import add_arguments
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.site import SiteProfile, default_site, load_site
+from imagebuild.validate.history_input import history_for_run
 from imagebuild.validate.host import GPU_KINDS, LAUNCHERS, choose_launcher, validate
 from imagebuild.validate.input_binds import host_path_binds
 from imagebuild.validate.invocation import (
@@ -275,8 +276,9 @@ def run(args: argparse.Namespace) -> int:
     if args.doctor and not run_doctor_first(args, target, gpus, launcher, defaults):
         return 1
     thresholds = load_thresholds(args.thresholds)
-    references = references_for_run(args.references, load_site(args.site, project_dir())
-                                    if args.site else None, project_dir())
+    site = load_site(args.site, project_dir()) if args.site else None
+    references = references_for_run(args.references, site, project_dir())
+    history = history_for_run(args.history, site, os.environ)
     runner_args = iter_runner_flags(runner_values(args, defaults, launcher), _runner_actions())
     # validate/ takes the bundle as plain flags, binds and environment; tune/ makes them.
     tuning = tuning_launch(Path(args.tuning), target.recipe, container) if args.tuning else None
@@ -294,8 +296,8 @@ def run(args: argparse.Namespace) -> int:
                                     f"references; {references[1]} is not a .json file",
                                     hint="convert it and pass --references FILE.json")
             runner_args += ["--references", str(references[1].resolve())]
-        if args.history:  # the job appends on the cluster's shared file system
-            runner_args += ["--history", str(Path(args.history).resolve())]
+        if history:  # the job appends on the cluster's shared file system
+            runner_args += ["--history", str(history.resolve())]
     else:
         inputs_dir, extra = prepare_inputs(thresholds, container,
                                            references[0] if references else None)
@@ -342,11 +344,11 @@ def run(args: argparse.Namespace) -> int:
     assert outcome.report is not None  # only an sbatch run (returned above) has none
     print_results(out, outcome.report)
     out.print(f"report: {outcome.report_path}")
-    if args.history:
+    if history:
         try:
-            written = append_history(args.history, history_record(outcome.report, None))
+            written = append_history(history, history_record(outcome.report, None))
         except OSError as exc:
-            raise ValidateError(f"{args.history}: cannot append to the history "
+            raise ValidateError(f"{history}: cannot append to the history "
                                 f"({exc.strerror})", hint="--history names a file this user "
                                 "can write") from exc
         out.print(f"history: {written}")

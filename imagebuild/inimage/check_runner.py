@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import CHECK_MODULES, CHECK_NAMES
+from .across_ranks import summarize_ranks
 from .doctor.before_checks import doctor_first
 from .doctor.before_checks import stop as stop_doctor
 from .fingerprint import fingerprint
@@ -293,6 +294,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
         gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
         merge = getattr(module, "merge", None)
         merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
+        merged = summarize_ranks(merged)  # every rank judged, not rank 0's figures only
         ctx.thresholds = floors
         merged = judge_against_references(merged, mine, floors,
                                           references.system if references else None, gpu)
@@ -372,7 +374,8 @@ def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]], references: 
         "thresholds": ctx.thresholds,
         "system": (options.system or (references.system if references else None)
                    or ctx.host),
-        "references": ({"system": references.system, "source": references.source,
+        "references": ({"system": references.system, "source": references.provenance(),
+                        "described_as": references.source,
                         "figures": {k: r.to_list() for k, r in sorted(mine.items())}}
                        if references else None),
         "options": {key: value for key, value in sorted(vars(options).items())

@@ -1,6 +1,7 @@
 """A system's validation history: one JSON line per run, appended after every run.
 
-Each line holds the run's key figures with what they depend on: the system, the image's
+Each line holds the run's key figures (for a figure every rank measures, the worst rank's,
+with its rank and the median of the ranks under ``across_ranks``) with what they depend on: the system, the image's
 identity (reference, recipe, input hash, torch/HIP/ROCm versions), the GPU, ranks and
 nodes, and the train step's configuration, so ``imagebuild report --history FILE`` can
 show a figure over time and compare each run only with earlier runs of the same setup.
@@ -14,6 +15,7 @@ job on a shared file system) as the host does after a containerised run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -25,7 +27,7 @@ HISTORY_SCHEMA = "imagebuild-validate-history/1"
 #: The figures a history keeps: "<check>.<path>" into that check's figures.
 HISTORY_FIGURES = (
     "gemm.tflops", "gemm.fraction_of_peak", "gemm.worst_shape_tflops", "hipblaslt.tflops",
-    "attention.fwd_bwd_tflops",
+    "attention.fwd_bwd_tflops", "attention.fwd_tflops", "attention.bwd_tflops",
     "collectives.busbw_gbps_at_largest.all_reduce",
     "collectives.busbw_gbps_at_largest.all_gather",
     "collectives.busbw_gbps_at_largest.reduce_scatter",
@@ -34,7 +36,19 @@ HISTORY_FIGURES = (
 )
 
 
+def _across_ranks(report: Mapping[str, Any], dotted: str) -> Mapping[str, Any] | None:
+    """The spread across ranks of a figure every rank measured (across_ranks.py)."""
+    name, _, path = dotted.partition(".")
+    figures = next((c.get("figures") or {} for c in report.get("checks", [])
+                    if c.get("name") == name), {})
+    spread = (figures.get("across_ranks") or {}).get(path)
+    return spread if isinstance(spread, Mapping) else None
+
+
 def _figure(report: Mapping[str, Any], dotted: str) -> Any:
+    spread = _across_ranks(report, dotted)
+    if spread is not None:  # the slowest rank's, which the job runs at; not rank 0's
+        return spread.get("worst")
     name, _, path = dotted.partition(".")
     value: Any = next((c.get("figures", {}) for c in report.get("checks", [])
                        if c.get("name") == name), None)
@@ -43,6 +57,17 @@ def _figure(report: Mapping[str, Any], dotted: str) -> Any:
             return None
         value = value.get(key)
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def fingerprint_digest(fingerprint: Any) -> str | None:
+    """One sha256 over the libraries a run loaded (fingerprint.py: name and sha256 of each),
+    so two runs that loaded the same bytes share it, wherever the files were mounted."""
+    files = fingerprint.get("files") if isinstance(fingerprint, Mapping) else None
+    if not files:
+        return None
+    pairs = sorted(f"{f.get('name')}:{f.get('sha256')}" for f in files
+                   if isinstance(f, Mapping))
+    return "sha256:" + hashlib.sha256("\n".join(pairs).encode()).hexdigest()
 
 
 def history_record(report: Mapping[str, Any], system: str | None) -> dict[str, Any]:
@@ -60,6 +85,7 @@ def history_record(report: Mapping[str, Any], system: str | None) -> dict[str, A
                    or report.get("host")),
         "image": report.get("image"), "recipe": report.get("recipe"),
         "input_hash": report.get("input_hash"),
+        "fingerprint": fingerprint_digest(report.get("fingerprint")),
         "versions": {key: versions.get(key) for key in ("torch", "hip", "cuda", "rocm", "nccl")},
         "gpu_model": report.get("gpu_model"), "mode": report.get("mode"),
         "world_size": report.get("world_size"), "nodes": report.get("nodes"),
@@ -67,6 +93,10 @@ def history_record(report: Mapping[str, Any], system: str | None) -> dict[str, A
         "checks": {c.get("name"): c.get("status") for c in report.get("checks", [])},
         "exit_code": (report.get("summary") or {}).get("exit_code"),
         "figures": figures,
+        # where every rank measured its own figure: the worst rank (in figures) and the median
+        "across_ranks": {name: {key: spread.get(key) for key in
+                                ("worst", "rank", "host", "median", "ranks")}
+                         for name in figures if (spread := _across_ranks(report, name))},
     }
 
 

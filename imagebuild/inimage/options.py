@@ -101,8 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                    help="sequence length of the attention check (default 8192)")
     g.add_argument("--collective-sizes", type=lambda s: [_size(x) for x in s.split(",") if x],
                    default=None, metavar="LIST",
-                   help="collective sizes in bytes (default: 1M..1G including 151003136 and "
-                        "302006272 on GPU; 64K,1M,4M on CPU)")
+                   help="sweep sizes in bytes (default: 1M..1G including 151003136 and "
+                        "302006272 on GPU; 64K,1M,4M on CPU); the train step's own FSDP2 "
+                        "sizes (per block and the root group's, for this many ranks) and, on "
+                        "GPU, Megatron's bucket sizes are always added")
     t = parser.add_argument_group("train step")
     t.add_argument("--train-layers", type=_positive, default=None, metavar="N",
                    help="transformer blocks; fewer than the model's 32 make a declared proxy "

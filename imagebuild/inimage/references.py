@@ -23,6 +23,7 @@ JSON only: the host converts the YAML a site profile names (standard library her
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -31,7 +32,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .across_ranks import PER_RANK_FIGURES, median, rank_values
 from .gpu_data import UsageError
+from .history import HISTORY_FIGURES as KEY_FIGURES
 from .result import FAILED, INCOMPLETE, PASSED, SKIPPED, CheckResult
 
 ANY_GPU = "*"
@@ -71,8 +74,15 @@ class Reference:
 @dataclass(frozen=True)
 class References:
     system: str
-    source: str
+    source: str | None  # the document's own "source" text: where its figures come from
     by_gpu: Mapping[str, Mapping[str, Reference]]
+    #: The user's file: the path as given and the sha256 of its bytes. The host hands the
+    #: runner a JSON copy, with these under "file", so the report names the original.
+    file: str | None = None
+    sha256: str | None = None
+
+    def provenance(self) -> dict[str, Any]:
+        return {"path": self.file, "sha256": self.sha256}
 
     def for_gpu(self, model: str | None, cpu: bool) -> dict[str, Reference]:
         """The references for one device: "*" first, then its own model's (or "cpu")."""
@@ -91,9 +101,15 @@ def parse_references(raw: Any, where: str) -> References:
     """Check a references document; every problem raises UsageError naming its key."""
     if not isinstance(raw, Mapping):
         raise UsageError(f"{where}: expected a mapping with 'system' and 'gpus'")
-    unknown = sorted(set(raw) - {"system", "gpus", "source"})
+    unknown = sorted(set(raw) - {"system", "gpus", "source", "file"})
     if unknown:
         raise UsageError(f"{where}: {unknown[0]}: unknown key (expected system, gpus, source)")
+    file = raw.get("file")
+    if file is not None and not (isinstance(file, Mapping)
+                                 and isinstance(file.get("path"), str)
+                                 and isinstance(file.get("sha256"), str)):
+        raise UsageError(f"{where}: file: expected {{path, sha256}} of the original file "
+                         "(imagebuild validate writes it; leave it out of your own file)")
     system = raw.get("system")
     if not isinstance(system, str) or not system.strip():
         raise UsageError(f"{where}: system: expected the system's name, like cscs-beverin")
@@ -109,7 +125,8 @@ def parse_references(raw: Any, where: str) -> References:
         by_gpu[str(model)] = {
             str(figure): _reference(str(figure), value, f"{where}: gpus.{model}.{figure}")
             for figure, value in figures.items()}
-    return References(system.strip(), str(raw.get("source") or where), by_gpu)
+    return References(system.strip(), str(raw["source"]) if raw.get("source") else None, by_gpu,
+                      file["path"] if file else None, file["sha256"] if file else None)
 
 
 def _reference(figure: str, value: Any, where: str) -> Reference:
@@ -140,13 +157,17 @@ def _reference(figure: str, value: Any, where: str) -> Reference:
 def load_references(path: str | os.PathLike[str]) -> References:
     file = Path(path)
     try:
-        raw = json.loads(file.read_text())
+        data = file.read_bytes()
+        raw = json.loads(data)
     except OSError as exc:
         raise UsageError(f"{file}: cannot read references ({exc.strerror})") from exc
     except ValueError as exc:
         raise UsageError(f"{file}: not valid JSON: {exc} (the in-image runner reads JSON; "
                          "the host CLI also reads YAML)") from exc
-    return parse_references(raw, str(file))
+    parsed = parse_references(raw, str(file))
+    if parsed.file is None:  # read from the user's own file, not the host's copy
+        parsed = replace(parsed, file=str(file), sha256=hashlib.sha256(data).hexdigest())
+    return parsed
 
 
 # --- generic floors, and which references replace them -------------------------------------
@@ -219,11 +240,58 @@ def figure_value(figures: Mapping[str, Any], path: str) -> Any:
     return value
 
 
+def _measured(figures: Mapping[str, Any], path: str) -> list[tuple[int | None, str | None, float]]:
+    """Every rank's value of a per-rank figure, else the one job-wide value (rank None)."""
+    per_rank = rank_values(figures, path)
+    if per_rank:
+        return list(per_rank)
+    value = figure_value(figures, path)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [(None, None, float(value))]
+    return []
+
+
+def _where(rank: int | None, host: str | None) -> str:
+    return "" if rank is None else f" on rank {rank} ({host or '?'})"
+
+
+def _with_rank(entry: dict[str, Any], value: tuple[int | None, str | None, float],
+               values: list[tuple[int | None, str | None, float]]) -> dict[str, Any]:
+    """``entry`` holding ``value`` (the one judged), and where it came from when every rank
+    measured its own: the rank and host, and the median of all ranks beside it."""
+    entry["value"] = value[2]
+    if value[0] is not None:
+        entry.update(rank=value[0], host=value[1], ranks=len(values),
+                     median_of_ranks=round(median([v[2] for v in values]), 6))
+    return entry
+
+
+def _nothing_why(figure: str, figures: Mapping[str, Any], gpu: bool,
+                 references: Mapping[str, Reference]) -> str:
+    """Why a figure with no reference is judged against nothing."""
+    if not gpu:
+        return "CPU mode: no peak, no floor, no reference for this figure"
+    if figure.startswith("train.") and figures.get("workload") == "proxy":
+        return "a proxy run: no reference, and it is not held to the full model's floor"
+    own = next((f for f in FLOORS if f.figure == figure), None)
+    replacing = [ref for ref in (own.covered_by if own else ()) if ref in references]
+    if replacing:
+        return f"its floor is replaced by the reference on {replacing[0]}"
+    floor = next((f for f in FLOORS if figure in f.covered_by and f.figure != figure), None)
+    if floor is None:
+        return "no reference and no generic floor for this figure"
+    if figure_value(figures, floor.figure.split(".", 1)[1]) is None:
+        return f"no reference, and no peak for this GPU, so no floor on {floor.figure}"
+    return f"no reference; {floor.figure} is held to its floor instead"
+
+
 def judge_against_references(result: CheckResult, references: Mapping[str, Reference],
                              thresholds: Mapping[str, float], system: str | None,
                              gpu: bool) -> CheckResult:
-    """``result`` with ``judged_against`` in its figures (per judged figure: the reference,
-    the floor, or nothing) and failed when a figure misses its reference."""
+    """``result`` with ``judged_against`` in its figures (for each key figure: the
+    reference, the floor, or nothing and why) and failed when a figure misses its
+    reference. A figure that every rank measures for itself is judged on every rank; the
+    entry holds the worst rank's value, with its rank and host."""
     name = result.name
     figures = dict(result.figures)
     entries: list[dict[str, Any]] = []
@@ -233,29 +301,39 @@ def judge_against_references(result: CheckResult, references: Mapping[str, Refer
         if figure.split(".", 1)[0] != name:
             continue
         covered.add(figure)
-        value = figure_value(figures, figure.split(".", 1)[1])
-        entry: dict[str, Any] = {"figure": figure, "value": value, "against": "reference",
+        values = _measured(figures, figure.split(".", 1)[1])
+        entry: dict[str, Any] = {"figure": figure, "value": None, "against": "reference",
                                  "system": system, "reference": reference.to_list()}
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not values:
             entry["verdict"] = "not measured"
-        elif reference.holds(float(value)):
-            entry["verdict"] = PASSED
+            entries.append(entry)
+            continue
+        outside = [v for v in values if not reference.holds(v[2])]
+        low, _ = reference.bounds()
+        below = [v for v in outside if low is not None and v[2] < low]
+        if below or (not outside and reference.lower is not None):
+            worst = min(below or values, key=lambda v: v[2])
         else:
-            entry["verdict"] = FAILED
-            misses.append(f"{figure} {_fmt(float(value))}"
-                          f"{' ' + reference.unit if reference.unit else ''} outside the "
-                          f"{system} reference {reference.describe()}")
-        entries.append(entry)
+            worst = max(outside or values, key=lambda v: v[2])
+        entries.append(_with_rank(entry, worst, values))
+        entry["verdict"] = FAILED if outside else PASSED
+        unit = f" {reference.unit}" if reference.unit else ""
+        misses += [f"{figure} {_fmt(v[2])}{unit}{_where(v[0], v[1])} outside the {system} "
+                   f"reference {reference.describe()}" for v in outside[:4]]
+        if len(outside) > 4:
+            misses.append(f"and {len(outside) - 4} more ranks outside it")
     for floor in FLOORS:
         if floor.figure.split(".", 1)[0] != name:
             continue
         if any(ref in covered for ref in floor.covered_by):
             continue
-        value = figure_value(figures, floor.figure.split(".", 1)[1])
-        if value is None:
+        values = _measured(figures, floor.figure.split(".", 1)[1])
+        if not values:
             continue
+        covered.add(floor.figure)
         key = floor.threshold(figures)
-        entry = {"figure": floor.figure, "value": value}
+        worst = (min if floor.minimum else max)(values, key=lambda v: v[2])
+        entry = _with_rank({"figure": floor.figure}, worst, values)
         if not gpu:
             entry.update(against="nothing", why="CPU mode applies no floor")
         elif name == "train" and figures.get("workload") == "proxy":
@@ -263,10 +341,21 @@ def judge_against_references(result: CheckResult, references: Mapping[str, Refer
                                                 "model's floor")
         else:
             limit = thresholds.get(key)
-            ok = limit is None or (value >= limit if floor.minimum else value <= limit)
+            ok = limit is None or (worst[2] >= limit if floor.minimum else worst[2] <= limit)
             entry.update(against="floor", threshold=key, floor=limit,
                          verdict=PASSED if ok else FAILED)
         entries.append(entry)
+    per_rank = [f"{name}.{f}" for f in PER_RANK_FIGURES.get(name, {})]
+    for figure in dict.fromkeys((*KEY_FIGURES, *per_rank)):
+        if figure.split(".", 1)[0] != name or figure in covered:
+            continue
+        values = _measured(figures, figure.split(".", 1)[1])
+        if not values:
+            continue
+        higher = PER_RANK_FIGURES.get(name, {}).get(figure.split(".", 1)[1], True)
+        worst = (min if higher else max)(values, key=lambda v: v[2])
+        entries.append(_with_rank({"figure": figure}, worst, values) | {
+            "against": "nothing", "why": _nothing_why(figure, figures, gpu, references)})
     if not entries:
         return result
     figures["judged_against"] = entries

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .across_ranks import median
 from .result import FAILED, CheckResult
 
 GPU_MARGIN = 0.10
@@ -22,16 +23,12 @@ CPU_MARGIN = 0.5
 
 #: Per-rank figures, all "higher is better", by check.
 PER_RANK_FIGURES: Mapping[str, tuple[str, ...]] = {
-    "gemm": ("tflops",),
-    "attention": ("fwd_bwd_tflops",),
+    # the worst shape too: one slow kernel choice hides in the aggregate of many
+    "gemm": ("tflops", "worst_shape_tflops"),
+    # each pass too: a rank slow in the backward pass only hides in the fwd+bwd sum
+    "attention": ("fwd_bwd_tflops", "fwd_tflops", "bwd_tflops"),
     "hipblaslt": ("tflops",),
 }
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _gpu(rank: Mapping[str, Any]) -> str:
@@ -51,14 +48,14 @@ def find_stragglers(per_rank: Sequence[Mapping[str, Any]], figure: str, margin: 
     info = {int(r["rank"]): r for r in ranks}
     found = []
     for rank, value in sorted(values.items()):
-        median = _median([v for r, v in values.items() if r != rank])
-        if median <= 0:
+        peers = median([v for r, v in values.items() if r != rank])
+        if peers <= 0:
             continue
-        slower = 1 - value / median
+        slower = 1 - value / peers
         if slower > margin:
             found.append({"rank": rank, "host": info.get(rank, {}).get("host"),
                           "gpu": _gpu(info.get(rank, {})), "figure": figure, "value": value,
-                          "peers_median": median, "slower_by": round(slower, 4)})
+                          "peers_median": peers, "slower_by": round(slower, 4)})
     return found
 
 

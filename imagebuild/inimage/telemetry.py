@@ -8,9 +8,22 @@ image has:
 - NVIDIA: NVML through nvidia-ml-py (``import pynvml``): SM and memory clocks, power,
   temperature and the clock event (throttle) reasons bitmask
   (https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html);
-- AMD: ``rocm-smi --showtemp --showpower --showclocks --json`` for the rank's GPU (its
-  throttle state is not among what rocm-smi prints for every GPU: said so).
+- AMD: ``amd-smi metric`` where the image has it (clocks, power, temperatures and, on
+  MI300 and newer, the throttle/violation status), else ``rocm-smi --json`` (no throttle
+  state: said so).
 Where none is there (CPU mode, or an image without either) the report says why.
+
+The rank's GPU is found by its PCI address (BDF), never by torch's index: with
+ROCR_VISIBLE_DEVICES=$SLURM_LOCALID every rank is torch's device 0, while amd-smi and
+rocm-smi number all of the node's GPUs. NVML takes the BDF (below); ``amd-smi metric -g``
+takes a BDF as well as an index ("Select a GPU ID, BDF, or UUID", amd-smi's parser:
+https://github.com/ROCm/amdsmi/blob/amd-staging/amdsmi_cli/amdsmi_parser.py); rocm-smi
+prints every card with ``--showbus`` ("PCI Bus", rocm_smi.py's showBus:
+https://github.com/ROCm/rocm_smi_lib/blob/amd-staging/python_smi_tools/rocm_smi.py) and
+the rank's card is picked by it.
+
+Not run on AMD hardware here: the AMD readers are tested against recorded output shaped
+like the tools' JSON (tests/inimage/test_telemetry.py).
 """
 
 from __future__ import annotations
@@ -24,8 +37,8 @@ from collections.abc import Callable
 from typing import Any
 
 INTERVAL_S = 0.5
-#: rocm-smi is a Python program started per sample: less often, so that eight ranks'
-#: samplers do not take the cores the checks are timing.
+#: rocm-smi and amd-smi are Python programs started per sample: less often, so that
+#: eight ranks' samplers do not take the cores the checks are timing.
 ROCM_SMI_INTERVAL_S = 2.0
 
 #: NVML clock event reasons (nvml.h, nvmlClocksEventReason*), by bit.
@@ -103,30 +116,130 @@ def parse_rocm_smi(output: str) -> dict[str, Any]:
     return sample
 
 
-def _rocm_smi_reader(index: int) -> tuple[Callable[[], dict[str, Any]], str]:
+def _bdf(address: Any) -> str:
+    """A PCI address as sysfs spells it: lower case, with its domain (rocm-smi prints
+    0000:C1:00.0, some tools C1:00.0)."""
+    text = str(address).strip().lower()
+    return text if text.count(":") == 2 else f"0000:{text}"
+
+
+def pick_rocm_smi_card(output: str, bdf: str) -> str:
+    """The one card of ``rocm-smi --showbus ... --json`` (every card of the node) whose
+    "PCI Bus" is ``bdf``, as a one-card document for parse_rocm_smi."""
+    data = json.loads(output)
+    cards = {name: card for name, card in (data.items() if isinstance(data, dict) else ())
+             if isinstance(card, dict)}
+    for name, card in cards.items():
+        if _bdf(card.get("PCI Bus", "")) == _bdf(bdf):
+            return json.dumps({name: card})
+    listed = ", ".join(str(card.get("PCI Bus")) for card in cards.values()) or "none"
+    raise LookupError(f"rocm-smi lists no card at PCI address {bdf} (it lists {listed})")
+
+
+def _rocm_smi_reader(bdf: str | None, index: int) -> tuple[Callable[[], dict[str, Any]], str]:
     tool = shutil.which("rocm-smi")
     if tool is None:
         raise FileNotFoundError("no rocm-smi on PATH")
+    if bdf is None:
+        raise LookupError("torch gives no PCI address for this GPU, and its index "
+                          f"{index} need not be rocm-smi's (ROCR_VISIBLE_DEVICES)")
 
     def read() -> dict[str, Any]:
-        out = subprocess.run([tool, "-d", str(index), "--showtemp", "--showpower",
+        out = subprocess.run([tool, "--showbus", "--showtemp", "--showpower",
                               "--showclocks", "--json"], capture_output=True, text=True,
                              timeout=10, check=True).stdout
-        return parse_rocm_smi(out)
+        return parse_rocm_smi(pick_rocm_smi_card(out, bdf))
     read()  # fails here, once, when this rocm-smi cannot answer
     return read, "rocm-smi"
 
 
+def _value(node: Any) -> float | None:
+    """amd-smi's JSON gives {"value": v, "unit": u}, a bare number, or "N/A"."""
+    if isinstance(node, dict):
+        node = node.get("value")
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        return None
+    return float(node)
+
+
+#: amd-smi metric --throttle's "<what>_violation_status" keys (MI300 and newer; the
+#: library's amdsmi_get_violation_status: PVIOL is ppt, TVIOL socket_thermal), by reason.
+AMD_VIOLATIONS = {"ppt": "power_cap_ppt", "socket_thermal": "socket_thermal",
+                  "prochot": "prochot", "vr_thermal": "vr_thermal",
+                  "hbm_thermal": "hbm_thermal"}
+
+
+def parse_amd_smi_metric(output: str) -> dict[str, Any]:
+    """One sample from ``amd-smi metric -g BDF -p -c -t -T --json``: its GPU's socket power,
+    gfx clock (the mean of its gfx_N domains, one per XCD on MI300), memory clock, hotspot
+    (else edge) temperature and the violations active now. Both shapes amd-smi has
+    printed are read: a list of GPUs, and {"gpu_data": [...]} in newer releases."""
+    data = json.loads(output)
+    gpus = data.get("gpu_data", []) if isinstance(data, dict) else data
+    gpu = gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else {}
+    sample: dict[str, Any] = {}
+    power = gpu.get("power") or {}
+    watts = _value(power.get("socket_power"))
+    if watts is not None:
+        sample["power_w"] = watts
+    clocks = gpu.get("clock") or {}
+    gfx = [v for name, clock in clocks.items() if name.startswith("gfx_")
+           and isinstance(clock, dict) and (v := _value(clock.get("clk"))) is not None]
+    if gfx:
+        sample["sm_clock_mhz"] = round(sum(gfx) / len(gfx), 1)
+    memory = _value((clocks.get("mem_0") or {}).get("clk")
+                    if isinstance(clocks.get("mem_0"), dict) else None)
+    if memory is not None:
+        sample["memory_clock_mhz"] = memory
+    temperatures = gpu.get("temperature") or {}
+    for sensor in ("hotspot", "edge"):
+        celsius = _value(temperatures.get(sensor))
+        if celsius is not None:
+            sample["temperature_c"] = celsius
+            break
+    throttle = gpu.get("throttle") or {}
+    states = {reason: throttle.get(f"{key}_violation_status")
+              for key, reason in AMD_VIOLATIONS.items()}
+    if any(isinstance(state, bool) or str(state).upper() in ("ACTIVE", "NOT ACTIVE", "TRUE",
+                                                              "FALSE")
+           for state in states.values()):
+        sample["reasons"] = [reason for reason, state in states.items()
+                             if state is True or str(state).upper() in ("ACTIVE", "TRUE")]
+    return sample
+
+
+def _amd_smi_reader(bdf: str | None, index: int) -> tuple[Callable[[], dict[str, Any]], str]:
+    tool = shutil.which("amd-smi")
+    if tool is None:
+        raise FileNotFoundError("no amd-smi on PATH")
+    if bdf is None:
+        raise LookupError("torch gives no PCI address for this GPU, and its index "
+                          f"{index} need not be amd-smi's (ROCR_VISIBLE_DEVICES)")
+
+    def read() -> dict[str, Any]:
+        out = subprocess.run([tool, "metric", "-g", bdf, "-p", "-c", "-t", "-T", "--json"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+        return parse_amd_smi_metric(out)
+    read()  # fails here, once, when this amd-smi cannot answer
+    return read, "amd-smi"
+
+
 def open_reader(vendor: str, index: int, pci_bus_id: str | None
                 ) -> tuple[Callable[[], dict[str, Any]] | None, str]:
-    """(read one sample, what reads it) or (None, why there is none)."""
-    try:
-        if vendor == "nvidia":
+    """(read one sample, what reads it) or (None, why there is none). On AMD, amd-smi
+    first, then rocm-smi; the reason names why each could not read."""
+    if vendor == "nvidia":
+        try:
             return _nvml_reader(pci_bus_id, index)
-        return _rocm_smi_reader(index)
-    except Exception as exc:  # noqa: BLE001 - an import, a library or a tool that fails
-        what = "NVML (nvidia-ml-py)" if vendor == "nvidia" else "rocm-smi"
-        return None, f"{what} not available: {type(exc).__name__}: {exc}"[:200]
+        except Exception as exc:  # noqa: BLE001 - an import, a library that fails
+            return None, f"NVML (nvidia-ml-py) not available: {type(exc).__name__}: {exc}"[:200]
+    why = []
+    for name, reader in (("amd-smi", _amd_smi_reader), ("rocm-smi", _rocm_smi_reader)):
+        try:
+            return reader(pci_bus_id, index)
+        except Exception as exc:  # noqa: BLE001 - a tool missing, failing or not answering
+            why.append(f"{name}: {type(exc).__name__}: {exc}"[:160])
+    return None, "not available: " + "; ".join(why)
 
 
 class Sampler:
@@ -136,7 +249,7 @@ class Sampler:
                  interval_s: float | None = None):
         self.read = read
         self.source = source
-        self.interval_s = interval_s or (ROCM_SMI_INTERVAL_S if source == "rocm-smi"
+        self.interval_s = interval_s or (ROCM_SMI_INTERVAL_S if source in ("rocm-smi", "amd-smi")
                                          else INTERVAL_S)
         self.samples: list[dict[str, Any]] = []
         self.errors: list[str] = []

@@ -38,7 +38,7 @@ _MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
 _ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
 
 _TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric",
-             "container", "network", "slurm", "apptainer", "references"}
+             "container", "network", "slurm", "apptainer", "references", "history"}
 _LIBFABRIC_KEYS = {"provided_by", "version", "library_dir"}
 _RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _EDF_KEYS = {"image_dir", "workdir", "writable", "mounts", "env", "annotations",
@@ -101,6 +101,9 @@ class SiteProfile:
     #: The file of this system's expected figures (validate --references), as written:
     #: relative to the profile's directory unless absolute.
     references: str | None = None
+    #: The system's validation history (validate --history), as written: ${VAR} and ~
+    #: are expanded where the run starts, and the result must be absolute.
+    history: str | None = None
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -290,6 +293,7 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         slurm=launch.slurm,
         apptainer=launch.apptainer,
         references=text("references", raw.get("references"), required=False) or None,
+        history=text("history", raw.get("history"), required=False) or None,
     )
     problems += [p for p in shape if not any(_related(p.key, q.key) for q in problems)]
     if problems:

@@ -103,6 +103,10 @@ SITE = Obj(
                           "imagebuild validate (system, gpus: {model: {check.figure: [value, "
                           "lower, upper, unit]}}), relative to this profile", free_text=True,
                           nullable=True),
+        "history": Str("the JSON-lines file every imagebuild validate run on this system "
+                       "appends its figures to (as --history does), an absolute path after "
+                       "${VAR} and ~ are expanded, like ${SCRATCH}/imagebuild/history.jsonl",
+                       free_text=True, nullable=True),
         "libfabric": Obj(nullable=True, required=("provided_by",), fields={
             "provided_by": Str("site (the site binds its own libfabric) or image",
                                enum=("site", "image")),

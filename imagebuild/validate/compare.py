@@ -28,6 +28,15 @@ class KeyFigure:
     unit: str
     get: Callable[[Mapping[str, Any]], Any]
     plot: bool = True  # numeric and worth a bar
+    #: The dtype a report measured the figure in, where it varies (bf16 on GPU, float32 in
+    #: CPU mode): the label then says the reports' own, not a fixed one.
+    dtype: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def title(self, reports: Sequence[Mapping[str, Any]]) -> str:
+        if self.dtype is None:
+            return self.label
+        dtypes = list(dict.fromkeys(d for r in reports if (d := self.dtype(r))))
+        return f"{self.label} ({' / '.join(dtypes)})" if dtypes else self.label
 
 
 def _check(report: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -70,15 +79,21 @@ def _megatron_bucket(op: str, size: int) -> Callable[[Mapping[str, Any]], Any]:
     return get
 
 
-def _fsdp2_group(op: str, group: str) -> Callable[[Mapping[str, Any]], Any]:
-    """busbw of the train step's own FSDP2 collective of ``group`` ("per block" or
-    "root group")."""
+def _fsdp2_group(op: str, group: str, key: str = "busbw_gbps"
+                 ) -> Callable[[Mapping[str, Any]], Any]:
+    """``key`` (busbw, or the dtype it was measured in) of the train step's own FSDP2
+    collective of ``group`` ("per block" or "root group")."""
     def get(report: Mapping[str, Any]) -> Any:
         for row in _figure("collectives", "training_sizes")(report) or []:
             if row.get("op") == op and str(row.get("source", "")).startswith(f"FSDP2 {group}"):
-                return row.get("busbw_gbps")
+                return row.get(key)
         return None
     return get
+
+
+def _fsdp2_figure(label: str, op: str, group: str) -> KeyFigure:
+    return KeyFigure(label, "GB/s", _fsdp2_group(op, group),
+                     dtype=_fsdp2_group(op, group, "dtype"))
 
 
 def train_configuration(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -110,12 +125,10 @@ KEY_FIGURES: tuple[KeyFigure, ...] = (
     KeyFigure("attention bwd/fwd time", "x", _figure("attention", "bwd_fwd_time_ratio")),
     KeyFigure("all_reduce busbw", "GB/s", _figure("collectives", "busbw_gbps_at_largest",
                                                   "all_reduce")),
-    KeyFigure("FSDP2 block all_gather (bf16)", "GB/s", _fsdp2_group("all_gather", "per block")),
-    KeyFigure("FSDP2 block reduce_scatter (fp32)", "GB/s",
-              _fsdp2_group("reduce_scatter", "per block")),
-    KeyFigure("FSDP2 root all_gather (bf16)", "GB/s", _fsdp2_group("all_gather", "root group")),
-    KeyFigure("FSDP2 root reduce_scatter (fp32)", "GB/s",
-              _fsdp2_group("reduce_scatter", "root group")),
+    _fsdp2_figure("FSDP2 block all_gather", "all_gather", "per block"),
+    _fsdp2_figure("FSDP2 block reduce_scatter", "reduce_scatter", "per block"),
+    _fsdp2_figure("FSDP2 root all_gather", "all_gather", "root group"),
+    _fsdp2_figure("FSDP2 root reduce_scatter", "reduce_scatter", "root group"),
     KeyFigure("all_gather 151003136 B", "GB/s", _megatron_bucket("all_gather", 151003136)),
     KeyFigure("reduce_scatter 302006272 B", "GB/s",
               _megatron_bucket("reduce_scatter", 302006272)),
@@ -203,7 +216,8 @@ def comparison_rows(reports: Sequence[Mapping[str, Any]]) -> list[tuple[str, lis
         values = [figure.get(r) for r in reports]
         if all(v is None for v in values):
             continue
-        title = f"{figure.label} [{figure.unit}]" if figure.unit else figure.label
+        label = figure.title(reports)
+        title = f"{label} [{figure.unit}]" if figure.unit else label
         if figure.label == TOKENS_PER_S and not comparable:
             rows.append((title, ["not compared"] * len(reports)
                          + (["see note"] if len(reports) == 2 else [])))
@@ -276,7 +290,7 @@ def plot(reports: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Path
         for bar, value in zip(bars, values, strict=True):
             ax.annotate(_format(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
-        ax.set_title(figure.label, fontsize=10)
+        ax.set_title(figure.title(reports), fontsize=10)
         ax.set_ylabel(figure.unit, fontsize=8)
         ax.set_xticks(range(len(reports)))
         ax.set_xticklabels([str(i + 1) for i in range(len(reports))], fontsize=8)

@@ -2,9 +2,26 @@
 
 Each run's figure is compared with the earlier runs of the same setup only (system, GPU,
 mode, ranks, nodes; for train and Megatron figures also the train configuration, as
-``imagebuild report`` compares tokens/s): the band is the earlier values' range widened by
-a tolerance (default 5 %), and a value outside it is flagged. One earlier run is enough
-for a band; a run with none starts one.
+``imagebuild report`` compares tokens/s) that were not flagged below their own band: the
+band is
+their median plus or minus the larger of MAD_WIDTH scaled median absolute deviations and
+a tolerance (default 5 %) of the median, and a value outside it is flagged. A band needs
+MIN_EARLIER such runs; before that a run is shown, not judged.
+
+Why this rule: the old band (the earlier values' whole range, +-5 %) moved with every
+outlier it took in, and judged a run against a single earlier one, so two runs of one
+image on one H200 flagged gemm.worst_shape_tflops 562.6 against 567.4..627.1. A median
+and the median absolute deviation are not pulled by one bad run (Leys et al., "Detecting
+outliers: Do not use standard deviation around the mean, use absolute deviation around
+the median", J. Exp. Soc. Psychol. 49 (2013), https://doi.org/10.1016/j.jesp.2013.03.013,
+who propose 2.5 to 3 scaled MADs; 3 here, the conservative end, since a flag is a
+regression alarm); the tolerance floor keeps a few nearly identical runs (MAD near 0)
+from flagging the next run's ordinary noise; runs flagged below stay out of later bands so
+a regression does not lower the bar that should catch the next one (it stays flagged until
+it is fixed; a system that is slower for good starts a new history file), while runs above
+their band join later ones, so an image that is faster for good becomes the new normal
+after a few runs instead of being flagged forever; and two earlier runs are the fewest that
+show what a setup does rather than what one run happened to do.
 """
 
 from __future__ import annotations
@@ -19,6 +36,12 @@ from imagebuild.inimage.history import read_history
 from imagebuild.inimage.model.train_config import comparison_key
 
 DEFAULT_TOLERANCE = 0.05
+#: Half-width of the band in scaled MADs (see the module's docstring).
+MAD_WIDTH = 3.0
+#: The MAD times this estimates a normal distribution's standard deviation.
+MAD_TO_SIGMA = 1.4826
+#: Earlier runs of the same setup (not flagged below) a band needs.
+MIN_EARLIER = 2
 
 
 @dataclass(frozen=True)
@@ -52,17 +75,30 @@ def setup_key(record: Mapping[str, Any], figure: str) -> tuple[Any, ...]:
     return base
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def band_of(earlier: Sequence[float], tolerance: float) -> tuple[float, float]:
+    """Median +- max(MAD_WIDTH scaled MADs, tolerance of the median) of ``earlier``."""
+    center = _median(earlier)
+    mad = _median([abs(v - center) for v in earlier]) * MAD_TO_SIGMA
+    half = max(MAD_WIDTH * mad, tolerance * abs(center))
+    return center - half, center + half
+
+
 def series(records: Sequence[Mapping[str, Any]], figure: str,
            tolerance: float = DEFAULT_TOLERANCE) -> list[Point]:
     points: list[Point] = []
     for index, record in enumerate(records):
         value = (record.get("figures") or {}).get(figure)
         key = setup_key(record, figure)
-        earlier = [float(r["figures"][figure]) for r in records[:index]
-                   if setup_key(r, figure) == key
-                   and isinstance((r.get("figures") or {}).get(figure), (int, float))]
-        band = ((min(earlier) * (1 - tolerance), max(earlier) * (1 + tolerance))
-                if earlier else None)
+        earlier = [float(point.value) for point, r in zip(points, records, strict=False)
+                   if point.value is not None and point.flag != "below"
+                   and setup_key(r, figure) == key]
+        band = band_of(earlier, tolerance) if len(earlier) >= MIN_EARLIER else None
         flag = None
         if band is not None and isinstance(value, (int, float)):
             flag = "below" if value < band[0] else "above" if value > band[1] else None
@@ -84,9 +120,11 @@ def run_label(record: Mapping[str, Any]) -> str:
     versions = record.get("versions") or {}
     image = record.get("image") or record.get("recipe") or "(no image recorded)"
     torch = f", torch {versions['torch']}" if versions.get("torch") else ""
+    digest = record.get("fingerprint")
+    loaded = f", libraries {digest.removeprefix('sha256:')[:12]}" if digest else ""
     return (f"{record.get('created') or '?'} {record.get('system') or '?'} "
             f"{record.get('gpu_model') or record.get('mode') or '?'} x{record.get('world_size')}"
-            f": {image}{torch}")
+            f": {image}{torch}{loaded}")
 
 
 def flag_notes(records: Sequence[Mapping[str, Any]], figures: Sequence[str],
@@ -97,7 +135,8 @@ def flag_notes(records: Sequence[Mapping[str, Any]], figures: Sequence[str],
             if point.flag and point.band and point.value is not None:
                 notes.append(f"run {point.run}: {figure} {point.value:.4g} is {point.flag} the "
                              f"band {point.band[0]:.4g}..{point.band[1]:.4g} of {point.earlier} "
-                             f"earlier run(s) of the same setup (their range +-{tolerance:.0%})")
+                             f"earlier run(s) of the same setup not flagged below (their median "
+                             f"+- max({MAD_WIDTH:g} MAD, {tolerance:.0%}))")
     return notes
 
 

@@ -8,6 +8,7 @@ hands the runner JSON, which is all the in-image package reads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,10 @@ from imagebuild.recipe.site import SiteProfile, site_directory
 def read_references(path: Path) -> dict[str, Any]:
     """A references file (YAML or JSON), checked; a problem raises naming file and key."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise ValidateError(f"{path}: not a text file ({exc.reason})") from exc
     except OSError as exc:
         raise ValidateError(f"{path}: cannot read references ({exc.strerror})",
                             hint="--references FILE, or the site profile's references key, "
@@ -42,7 +46,8 @@ def read_references(path: Path) -> dict[str, Any]:
         raise ValidateError(str(exc), hint="each figure is <check>.<figure>: [value, lower, "
                                            "upper, unit], like gemm.tflops: [520, -0.1, null, "
                                            "TFLOP/s]") from exc
-    return dict(raw)
+    # The runner reads a JSON copy: "file" tells it (and its report) what the copy is of.
+    return {**raw, "file": {"path": str(path), "sha256": hashlib.sha256(data).hexdigest()}}
 
 
 def references_for_run(flag: str | None, site: SiteProfile | None,

@@ -3,6 +3,7 @@ reference tuples), the generic floor where there is none, and the report saying 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -100,7 +101,10 @@ def test_a_reference_replaces_the_floor_it_covers_and_the_report_says_which() ->
         "figure": "gemm.worst_shape_fraction_of_peak", "value": 0.48, "against": "floor",
         "threshold": "gemm_min_fraction_worst_shape",
         "floor": H100["gemm_min_fraction_worst_shape"], "verdict": PASSED}
-    assert "gemm.fraction_of_peak" not in judged  # its floor is replaced
+    # its floor is replaced, and the report says so
+    assert judged["gemm.fraction_of_peak"]["against"] == "nothing"
+    assert judged["gemm.fraction_of_peak"]["why"] == ("its floor is replaced by the reference "
+                                                      "on gemm.tflops")
 
 
 def test_a_figure_below_its_reference_fails_though_it_clears_the_floor() -> None:
@@ -136,8 +140,12 @@ def test_a_proxy_mfu_is_judged_against_nothing_and_says_why() -> None:
                "workload": "proxy", "proxy": {"reason": "too big"}}
     result = judge_against_references(train.evaluate(figures, [[12.0, 11.0]], 989.0, H100,
                                                      gpu=True), {}, H100, None, gpu=True)
-    (entry,) = result.figures["judged_against"]
+    judged = {e["figure"]: e for e in result.figures["judged_against"]}
+    entry = judged["train.mfu"]
     assert entry["against"] == "nothing" and "proxy" in entry["why"]
+    # every key figure it measured has its entry, each saying why nothing judged it
+    assert {"train.tokens_per_s_per_gpu", "train.tflops_per_gpu"} <= set(judged)
+    assert all(e["against"] == "nothing" and "proxy" in e["why"] for e in judged.values())
 
 
 def test_collectives_keep_their_floor_unless_every_op_it_judges_has_a_reference() -> None:
@@ -171,6 +179,9 @@ def test_the_runner_judges_a_real_run_against_the_systems_references(tmp_path: P
     report = json.loads((tmp_path / "r.json").read_text())
     assert_valid_report(report)
     assert report["references"]["system"] == "ci-node"
+    assert report["references"]["source"] == {"path": "refs.json", "sha256": hashlib.sha256(
+        (tmp_path / "refs.json").read_bytes()).hexdigest()}
+    assert report["references"]["described_as"] is None
     result = check(report, "collectives")
     assert result["status"] == "failed"
     assert "collectives.busbw_gbps_at_largest.all_reduce" in result["reason"]
@@ -187,3 +198,53 @@ def test_a_bad_references_file_stops_the_run_naming_the_key(tmp_path: Path) -> N
     assert proc.returncode == 2
     assert "refs.json: gpus.cpu.train.mfu: lower must be null or a fraction" in proc.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def _per_rank_gemm(tflops: list[float]) -> Any:
+    from imagebuild.inimage.across_ranks import summarize_ranks
+    from imagebuild.inimage.result import merge_ranks
+
+    results = [gemm.evaluate(_gemm(t), 989.0, H100, "H100") for t in tflops]
+    return summarize_ranks(merge_ranks(results, [f"nid00{i}" for i in range(len(tflops))]))
+
+
+def test_every_rank_is_judged_against_the_reference_not_rank_0_only() -> None:
+    """Rank 0 is fast, rank 2 misses the reference: the check fails naming rank 2; the
+    figures on top (rank 0's) would have passed it."""
+    refs = _refs({"gemm.tflops": [700.0, -0.1, None, "TFLOP/s"]}).for_gpu("H100", False)
+    merged = _per_rank_gemm([720.0, 705.0, 600.0, 710.0])
+    assert merged.figures["tflops"] == 720.0  # rank 0's, on top
+    assert merged.figures["across_ranks"]["tflops"]["worst"] == 600.0
+    assert "worst 600 (rank 2, nid002), median 707.5" in merged.reason
+    result = judge_against_references(merged, refs, H100, "testsys", gpu=True)
+    assert result.status == FAILED
+    assert result.reason.startswith("gemm.tflops 600 TFLOP/s on rank 2 (nid002) outside the "
+                                    "testsys reference 700 TFLOP/s (630...inf)")
+    judged = {e["figure"]: e for e in result.figures["judged_against"]}
+    entry = judged["gemm.tflops"]
+    assert (entry["value"], entry["rank"], entry["host"], entry["ranks"]) == \
+        (600.0, 2, "nid002", 4)
+    assert entry["median_of_ranks"] == 707.5 and entry["verdict"] == FAILED
+    # the floor is judged on the worst rank too, and names it
+    floor = judged["gemm.worst_shape_fraction_of_peak"]
+    assert floor["against"] == "floor" and floor["rank"] == 2
+    assert floor["value"] == pytest.approx(600.0 / 989.0, abs=1e-4)
+
+
+def test_a_lower_is_better_figure_is_judged_on_its_highest_rank() -> None:
+    from imagebuild.inimage.across_ranks import spread
+
+    worst = spread([(0, "a", 2.1), (1, "b", 3.4), (2, "c", 2.2)], higher_is_better=False)
+    assert (worst["worst"], worst["rank"], worst["host"]) == (3.4, 1, "b")
+    assert worst["median"] == 2.2
+
+
+def test_a_copy_made_by_the_host_names_the_original_file() -> None:
+    copy = parse_references({"system": "s", "source": "measured by the site, 2026-05",
+                             "file": {"path": "sites/beverin-refs.yaml", "sha256": "ab" * 32},
+                             "gpus": {"*": {"gemm.tflops": [1.0, None, None, None]}}}, "x.json")
+    assert copy.provenance() == {"path": "sites/beverin-refs.yaml", "sha256": "ab" * 32}
+    assert copy.source == "measured by the site, 2026-05"
+    with pytest.raises(UsageError, match=r"x.json: file: expected \{path, sha256\}"):
+        parse_references({"system": "s", "file": "refs.yaml",
+                          "gpus": {"*": {"gemm.tflops": [1.0, None, None, None]}}}, "x.json")

@@ -91,6 +91,12 @@ def test_without_a_slow_rank_the_cpu_gemm_passes(tmp_path: Path) -> None:
     gemm = check(report, "gemm")
     assert gemm["status"] == "passed" and gemm["figures"]["stragglers"] == []
     assert all(r["tflops"] > 0 for r in gemm["figures"]["per_rank"])
+    # what the figure was judged against, on the rank that gave its worst value
+    (judged,) = gemm["figures"]["judged_against"]
+    assert judged["figure"] == "gemm.tflops" and judged["against"] == "nothing"
+    assert judged["why"] == "CPU mode: no peak, no floor, no reference for this figure"
+    assert judged["value"] == min(r["tflops"] for r in gemm["figures"]["per_rank"])
+    assert judged["ranks"] == 2 and judged["rank"] in (0, 1)
 
 
 @pytest.mark.parametrize("margin", ["0", "1.5"])
@@ -99,3 +105,26 @@ def test_a_margin_outside_0_to_1_is_a_usage_error(tmp_path: Path, margin: str) -
     assert proc.returncode == 2
     assert f"--straggler-margin {float(margin)}: expected a fraction between 0 and 1" \
         in proc.stderr
+
+
+def test_a_rank_slow_in_one_attention_pass_only_is_named() -> None:
+    """Rank 3's backward pass is 25 % slower; the fwd+bwd sum hides it (6 %), the backward
+    pass's own figure does not."""
+    def rank(bwd: float, both: float) -> object:
+        return passed("attention", "ok", {"fwd_tflops": 400.0, "bwd_tflops": bwd,
+                                          "fwd_bwd_tflops": both})
+
+    results = [rank(500.0, 470.0)] * 3 + [rank(375.0, 442.0)]
+    merged = merge_ranks(results, [r["host"] for r in RANKS[:4]])
+    result = judge_stragglers(merged, RANKS, 0.10)
+    assert result.status == FAILED
+    (slow,) = result.figures["stragglers"]
+    assert (slow["rank"], slow["figure"], slow["slower_by"]) == (3, "bwd_tflops", 0.25)
+
+
+def test_a_rank_slow_on_its_worst_gemm_shape_only_is_named() -> None:
+    results = [passed("gemm", "ok", {"tflops": 600.0, "worst_shape_tflops": w})
+               for w in (420.0, 425.0, 300.0, 418.0)]
+    merged = merge_ranks(results, [r["host"] for r in RANKS[:4]])
+    (slow,) = judge_stragglers(merged, RANKS, 0.10).figures["stragglers"]
+    assert (slow["rank"], slow["figure"]) == (2, "worst_shape_tflops")

@@ -14,6 +14,7 @@ from imagebuild.inimage.telemetry import (
     Sampler,
     decode_reasons,
     open_reader,
+    parse_amd_smi_metric,
     parse_rocm_smi,
     summarize,
 )
@@ -98,3 +99,145 @@ def test_the_nvml_reader_finds_the_gpu_by_pci_address(monkeypatch: pytest.Monkey
     assert calls == ["0000:c1:00.0", b"0000:c1:00.0"]
     assert read() == {"sm_clock_mhz": 1980, "memory_clock_mhz": 2619, "power_w": 650.0,
                       "temperature_c": 61, "reasons": ["sw_power_cap"]}
+
+
+# --- AMD: amd-smi first, rocm-smi second, the rank's GPU found by its PCI address --------
+#
+# Recorded-shape output, not captured on AMD hardware: the keys follow amd-smi's CLI
+# (amdsmi_cli/amdsmi_commands.py, metric: power.socket_power, clock.gfx_N/mem_0.clk,
+# temperature.edge/hotspot/mem, throttle.<what>_violation_status from
+# amdsmi_get_violation_status, {"value", "unit"} objects in --json;
+# https://github.com/ROCm/amdsmi) and rocm-smi's (rocm_smi.py: one "cardN" object per GPU,
+# "PCI Bus" from --showbus; https://github.com/ROCm/rocm_smi_lib).
+
+NODE = {  # one MI300X node's four GPUs: physical index -> BDF
+    0: "0000:05:00.0", 1: "0000:26:00.0", 2: "0000:46:00.0", 3: "0000:65:00.0"}
+
+
+def _amd_smi_gpu(index: int) -> dict:
+    def v(value: float, unit: str) -> dict:
+        return {"value": value, "unit": unit}
+
+    throttled = index == 2  # the one GPU at its power cap
+    return {
+        "gpu": index,
+        "power": {"socket_power": v(750 if throttled else 540 + index, "W"),
+                  "gfx_voltage": "N/A", "soc_voltage": "N/A", "mem_voltage": "N/A",
+                  "throttle_status": "N/A", "power_management": "ENABLED"},
+        "clock": {**{f"gfx_{x}": {"clk": v(1700 + 10 * x if throttled else 2100, "MHz"),
+                                  "min_clk": v(500, "MHz"), "max_clk": v(2100, "MHz"),
+                                  "clk_locked": "N/A", "deep_sleep": "DISABLED"}
+                     for x in range(8)},
+                  "mem_0": {"clk": v(1300, "MHz"), "min_clk": v(900, "MHz"),
+                            "max_clk": v(1300, "MHz"), "clk_locked": "N/A",
+                            "deep_sleep": "DISABLED"},
+                  "vclk_0": {"clk": "N/A", "min_clk": "N/A", "max_clk": "N/A",
+                             "clk_locked": "N/A", "deep_sleep": "N/A"}},
+        "temperature": {"edge": "N/A", "hotspot": v(80 + index, "C"), "mem": v(60, "C")},
+        "throttle": {"accumulation_counter": 1234, "prochot_accumulated": 0,
+                     "ppt_accumulated": 400 if throttled else 0,
+                     "socket_thermal_accumulated": 0, "vr_thermal_accumulated": 0,
+                     "hbm_thermal_accumulated": 0,
+                     "prochot_violation_status": False, "ppt_violation_status": throttled,
+                     "socket_thermal_violation_status": False,
+                     "vr_thermal_violation_status": False,
+                     "hbm_thermal_violation_status": False,
+                     "prochot_violation_activity": v(0, "%"),
+                     "ppt_violation_activity": v(32 if throttled else 0, "%"),
+                     "socket_thermal_violation_activity": v(0, "%"),
+                     "vr_thermal_violation_activity": v(0, "%"),
+                     "hbm_thermal_violation_activity": v(0, "%")}}
+
+
+FAKE_AMD_SMI = '''#!{python}
+import json, sys
+node = {node}
+argv = sys.argv[1:]
+assert argv[:2] == ["metric", "-g"] and argv[3:] == ["-p", "-c", "-t", "-T", "--json"], argv
+bdf = argv[2].lower()
+found = [gpu for index, gpu in node.items() if {bdfs}[index] == bdf]
+if not found:
+    sys.exit("amd-smi: invalid GPU " + bdf)
+print(json.dumps({shape}))
+'''
+
+FAKE_ROCM_SMI = '''#!{python}
+import json, sys
+assert sys.argv[1:] == ["--showbus", "--showtemp", "--showpower", "--showclocks",
+                        "--json"], sys.argv
+print(json.dumps({cards}))
+'''
+
+
+def _rocm_smi_card(index: int) -> dict:
+    return {"PCI Bus": NODE[index].upper(),
+            "Temperature (Sensor edge) (C)": "N/A",
+            "Temperature (Sensor junction) (C)": f"{70 + index}.0",
+            "Current Socket Graphics Package Power (W)": f"{500 + index}.0",
+            "sclk clock level:": "1", "sclk clock speed:": f"({2000 + index}Mhz)",
+            "mclk clock level:": "3", "mclk clock speed:": "(1300Mhz)"}
+
+
+def _tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, amd_smi: str | None,
+           rocm_smi: bool) -> None:
+    """Executables on PATH that answer like the tools, for NODE's GPUs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    node = {i: _amd_smi_gpu(i) for i in NODE}
+    if amd_smi:
+        (bin_dir / "amd-smi").write_text(FAKE_AMD_SMI.format(
+            python=sys.executable, node=repr(node), bdfs=repr(NODE), shape=amd_smi))
+    if rocm_smi:
+        (bin_dir / "rocm-smi").write_text(FAKE_ROCM_SMI.format(
+            python=sys.executable, cards=repr({f"card{i}": _rocm_smi_card(i) for i in NODE})))
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+@pytest.mark.parametrize("shape", ['{"gpu_data": found}', "found"])
+def test_amd_smi_reads_the_ranks_gpu_by_pci_address_not_torchs_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """ROCR_VISIBLE_DEVICES=2 (SLURM_LOCALID 2): torch calls the rank's GPU device 0; its
+    PCI address is physical GPU 2's, the one at its power cap. Both JSON shapes amd-smi
+    has printed (a list; {"gpu_data": [...]}) are read."""
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "2")
+    _tools(tmp_path, monkeypatch, amd_smi=shape, rocm_smi=True)
+    read, source = open_reader("amd", 0, NODE[2])
+    assert source == "amd-smi" and read is not None
+    assert read() == {"power_w": 750.0, "sm_clock_mhz": 1735.0, "memory_clock_mhz": 1300.0,
+                      "temperature_c": 82.0, "reasons": ["power_cap_ppt"]}
+    summary = Sampler(read, source, interval_s=0.05).start()
+    time.sleep(0.3)
+    got = summary.stop()
+    assert got["throttle_reasons"] == {"power_cap_ppt": got["samples"]}
+
+
+def test_without_amd_smi_rocm_smi_picks_the_card_by_pci_address(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "3")
+    _tools(tmp_path, monkeypatch, amd_smi=None, rocm_smi=True)
+    read, source = open_reader("amd", 0, NODE[3])
+    assert source == "rocm-smi" and read is not None
+    assert read() == {"temperature_c": 73.0, "power_w": 503.0, "sm_clock_mhz": 2003.0,
+                      "memory_clock_mhz": 1300.0}  # card3's, not card0's
+
+
+def test_a_gpu_neither_tool_lists_is_said_with_why_for_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tools(tmp_path, monkeypatch, amd_smi='{"gpu_data": found}', rocm_smi=True)
+    read, why = open_reader("amd", 0, "0000:99:00.0")
+    assert read is None and why.startswith("not available: amd-smi: CalledProcessError")
+    assert ("rocm-smi: LookupError: rocm-smi lists no card at PCI address 0000:99:00.0 (it "
+            "lists 0000:05:00.0, 0000:26:00.0, 0000:46:00.0, 0000:65:00.0)") in why
+    no_address, why = open_reader("amd", 0, None)
+    assert no_address is None and "need not be amd-smi's (ROCR_VISIBLE_DEVICES)" in why
+
+
+def test_amd_smi_without_violation_status_does_not_claim_no_throttling() -> None:
+    """MI250X: amd-smi prints "N/A" for the violation status (MI300 and newer only)."""
+    gpu = _amd_smi_gpu(0)
+    gpu["throttle"] = {key: "N/A" for key in gpu["throttle"]}
+    sample = parse_amd_smi_metric(json.dumps([gpu]))
+    assert "reasons" not in sample and sample["power_w"] == 540.0
+    assert summarize([sample], "amd-smi")["throttle_reasons"] == "not read by amd-smi"

@@ -127,3 +127,22 @@ def test_an_old_report_with_fsdp_sizes_compares_with_a_new_one(
     table = comparison_rows([old, new])
     assert _row(table, "reduce_scatter 302006272 B") == ["40.0", "80.0", "2.00x"]
     assert _row(table, "all_gather 151003136 B") == ["50.0", "100.0", "2.00x"]
+
+
+def test_fsdp2_rows_name_the_dtype_each_report_measured_in(train_report: dict[str, Any]) -> None:
+    """A CPU run's FSDP2 collectives are float32 (no mixed precision), a GPU run's all-gather
+    bf16: the row says what the reports measured, not a fixed "(bf16)"."""
+    cpu, gpu = copy.deepcopy(train_report), copy.deepcopy(train_report)
+
+    def collectives(dtype: str, busbw: float) -> dict[str, Any]:
+        return {"name": "collectives", "status": "passed", "reason": "r", "cause": None,
+                "details": [], "duration_s": 1.0, "figures": {"training_sizes": [
+                    {"op": "all_gather", "bytes": 1024, "dtype": dtype, "busbw_gbps": busbw,
+                     "source": "FSDP2 per block (the CPU proxy model)"}]}}
+
+    cpu["checks"].append(collectives("float32", 1.5))
+    gpu["checks"].append(collectives("bfloat16", 300.0))
+    assert [label for label, _ in comparison_rows([cpu])
+            if label.startswith("FSDP2")] == ["FSDP2 block all_gather (float32) [GB/s]"]
+    assert _row(comparison_rows([cpu, gpu]), "FSDP2 block all_gather (float32 / bfloat16)") \
+        == ["1.5", "300.0", "200.00x"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -35,6 +36,11 @@ def test_the_site_profiles_references_judge_the_run(tmp_path: Path) -> None:
     report = json.loads((project / "r.json").read_text())
     assert_valid_report(report)
     assert report["references"]["system"] == "ci-node"
+    # the user's file, as the profile names it, not the JSON copy the runner read
+    original = project / "sites" / "ci-node-references.yaml"
+    assert report["references"]["source"] == {
+        "path": str(original), "sha256": hashlib.sha256(original.read_bytes()).hexdigest()}
+    assert "imagebuild-validate-inputs" not in json.dumps(report["references"])
     assert report["references"]["figures"]["collectives.busbw_gbps_at_largest.all_reduce"] == [
         1000.0, -0.1, None, "GB/s"]
     collectives = check(report, "collectives")

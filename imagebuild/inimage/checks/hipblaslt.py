@@ -3,7 +3,12 @@
 An image built with hipBLASLt from source (for offline GEMM tuning) records it in its
 manifest (hipblaslt.enabled, hipblaslt.bench). The check runs one bf16 GEMM through
 hipblaslt-bench on local rank 0 of each node and reads its CSV line
-(``...,hipblaslt-Gflops,us`` header, then values).
+(``...,hipblaslt-Gflops,us`` header, then values). Its operands rotate through
+``--rotating`` MiB, twice the GPU's last-level cache (gpus.json llc_mib), as the gemm
+check's do: hipblaslt-bench's "Use rotating memory blocks for each iteration, size in MB"
+(``hipblaslt-bench --help``, https://rocm.docs.amd.com/projects/hipBLASLt/en/latest/conceptual/hipblaslt-clients.html;
+its tuning default is 512, twice MI300X's 256 MB Infinity Cache). A bench whose --help does
+not list it runs without, and the figures say so.
 """
 
 from __future__ import annotations
@@ -31,6 +36,30 @@ NAME = "hipblaslt"
 
 BENCH_ARGS = ("-m", "4096", "-n", "4096", "-k", "4096", "--precision", "bf16_r",
               "--compute_type", "f32_r", "-i", "20", "-j", "5")
+#: Rotate through this many times the last-level cache (as gemm.ROTATE_OVER_CACHE).
+ROTATE_OVER_CACHE = 2
+#: MI300X's Infinity Cache, for a GPU the table gives no cache size.
+DEFAULT_LLC_BYTES = 256 * 2**20
+
+
+def rotating_mib(llc_bytes: int) -> int:
+    """--rotating's size in MiB: at least ROTATE_OVER_CACHE times the last-level cache."""
+    return -(-ROTATE_OVER_CACHE * llc_bytes // 2**20)
+
+
+def bench_args(llc_bytes: int, supports_rotating: bool) -> list[str]:
+    rotating = ["--rotating", str(rotating_mib(llc_bytes))] if supports_rotating else []
+    return [*BENCH_ARGS, *rotating]
+
+
+def supports_rotating(bench: str, env: dict[str, str]) -> bool:
+    """Whether this hipblaslt-bench lists --rotating in its --help."""
+    try:
+        proc = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=60,
+                              env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--rotating" in proc.stdout + proc.stderr
 
 
 def parse_gflops(output: str) -> float | None:
@@ -94,8 +123,16 @@ def run(ctx: Context) -> CheckResult:
         env["HIP_VISIBLE_DEVICES"] = str(ctx.gpu.index)
     elif ctx.gpu.index < len(visible):
         env["HIP_VISIBLE_DEVICES"] = visible[ctx.gpu.index]
-    argv = [bench, *BENCH_ARGS]
+    model = ctx.gpu_match.model if ctx.gpu_match else None
+    llc = int(model.llc_mib * 2**20) if model and model.llc_mib else DEFAULT_LLC_BYTES
+    rotating = supports_rotating(bench, env)
+    argv = [bench, *bench_args(llc, rotating)]
     figures["argv"] = argv
+    figures["last_level_cache_bytes"] = llc
+    figures["operands"] = (f"rotated through {rotating_mib(llc)} MiB (--rotating), "
+                           f"{ROTATE_OVER_CACHE}x the last-level cache" if rotating else
+                           "reused every iteration: this hipblaslt-bench has no --rotating, "
+                           "so they may stay in cache and the figure read high")
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env,
                               check=False)

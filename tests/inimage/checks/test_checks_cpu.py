@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
 import platform
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -276,3 +278,51 @@ def test_hipblaslt_figure_below_its_floor_fails() -> None:
     assert fast.status == "passed" and fast.figures["fraction_of_peak"] == 0.5354
     unknown = hipblaslt.evaluate(700.0, None, thresholds, "hipblaslt-bench", {})
     assert unknown.status == "skipped" and "--peak-tflops" in unknown.reason
+
+
+FAKE_BENCH = '''#!{python}
+import json, sys
+if sys.argv[1:] == ["--help"]:
+    print({help!r})
+    sys.exit(0)
+with open({log!r}, "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+print("transA,transB,M,N,K,hipblaslt-Gflops,us")
+print("N,N,4096,4096,4096,650000.0,211.4")
+'''
+
+
+@pytest.mark.parametrize(("model", "help_text", "rotating"), [
+    ("MI300X", "--rotating <value>  Use rotating memory blocks for each iteration, size in MB.",
+     "512"),
+    ("MI250X", "--rotating <value>  Use rotating memory blocks for each iteration, size in MB.",
+     "16"),
+    ("MI300X", "--iters |-i <value>  Iterations to run inside timing loop", None),
+])
+def test_hipblaslt_bench_operands_rotate_through_twice_the_last_level_cache(
+        make_context, tmp_path: Path, model: str, help_text: str, rotating: str | None) -> None:
+    """A stand-in hipblaslt-bench (a real executable) records the argv it is given: 512 MiB
+    on MI300X (256 MB Infinity Cache), 16 on MI250X (8 MB L2), none when its --help does
+    not list --rotating."""
+    from imagebuild.inimage.gpu import DeviceInfo
+    from imagebuild.inimage.gpu_data import load_gpu_data, match_gpu
+
+    bench = tmp_path / "hipblaslt-bench"
+    log = tmp_path / "argv.jsonl"
+    bench.write_text(FAKE_BENCH.format(python=sys.executable, help=help_text, log=str(log)))
+    bench.chmod(0o755)
+    gpu = DeviceInfo(0, f"AMD Instinct {model}", "amd", "gfx942", 192.0, "0000:05:00.0", None,
+                     304)
+    ctx = make_context("--hipblaslt-bench", str(bench), mode="gpu", gpu=gpu,
+                       gpu_match=match_gpu(load_gpu_data(), gpu.name, gpu.arch, 192.0),
+                       peak_tflops=1307.4)
+    result = hipblaslt.run(ctx)
+    (argv,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert argv[:len(hipblaslt.BENCH_ARGS)] == list(hipblaslt.BENCH_ARGS)
+    if rotating:
+        assert argv[-2:] == ["--rotating", rotating]
+        assert result.figures["operands"].startswith(f"rotated through {rotating} MiB")
+    else:
+        assert "--rotating" not in argv
+        assert result.figures["operands"].startswith("reused every iteration")
+    assert result.figures["tflops"] == 650.0
