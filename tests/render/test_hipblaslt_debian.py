@@ -24,7 +24,12 @@ copied). On that layout, with the real bench, run as the final stage runs them:
   /usr/lib's copy), and on an LD_LIBRARY_PATH that puts another copy first; after `link
   --into-torch` it passes and records one file;
 - hipblaslt-tuning-kit.sh: the kit's bench (where find_exact.py runs it) is the installed
-  one, and it links the library torch maps.
+  one, and it links the library torch maps;
+- `imagebuild tune gemm`'s bench lookup (the manifest rocm-7.2.4's final stage starts from)
+  and its command line: the real bench parses it and stops only at the missing GPU ("Hip
+  error: 'no ROCm-capable device is detected'"), where a misspelt option stops it with
+  "Option --rotatin is not defined." (exit 255). The manifest's commit is the test lock's,
+  not Debian's.
 
 Cost, measured on a 2-core machine with a warm apt proxy: 28-32 s for the file, 23 s of it
 apt (the 257 MB library .deb, the bench's 2.2 MB (16 MB installed), the HIP runtime and gcc;
@@ -41,12 +46,16 @@ import pytest
 
 from imagebuild.inimage.checks.hipblaslt import BENCH_ARGS
 from imagebuild.inimage.tuning.bench import bench_argv
-from imagebuild.render.context import _tuning_kit_paths
+from imagebuild.recipe.load import load_recipe
+from imagebuild.render.context import _tuning_kit_paths, manifest
 from imagebuild.render.dockerfile import TEMPLATES
 from imagebuild.render.layout import HIPBLASLT_PREFIX
+from imagebuild.render.plan import make_plan
 from testbed import base_images
 from testbed.plugin_recipe import SID_ROCM_7_2_4
+from tests.render.conftest import REPO
 from tests.render.test_hipblaslt_kit import build_tree
+from tests.support.render import write_lock
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
@@ -62,6 +71,23 @@ RUNTIME = tuple(p for p in SID_ROCM_7_2_4.runtime_packages
 #: The stand-in for torch's libtorch_hip.so: it needs a real symbol of the real library, so
 #: the import fails unless the loader resolved that library.
 TORCH_HIP_C = "extern int hipblasLtCreate(void *); void *imagebuild_uses = (void *) hipblasLtCreate;\n"
+#: What `imagebuild tune gemm` does in the image before it measures: find the bench (the
+#: manifest's, as the final image records it) and run it with the arguments of one problem.
+TUNE_GEMM = """
+import subprocess
+from imagebuild.inimage.tuning.bench import bench_argv
+from imagebuild.inimage.tuning.gemm_tuner import default_bench
+bench = default_bench()
+print("bench:", bench)
+problem = dict(m="4096", n="4096", k="4096", transA="N", transB="T", batch_count="1",
+               a_type="bf16_r", b_type="bf16_r", c_type="bf16_r", d_type="bf16_r",
+               compute_type="f32_r")
+for label, extra in (("tune", []), ("misspelt", ["--rotatin", "512"])):
+    ran = subprocess.run(bench_argv(bench, problem, 10, 2, 512) + extra,
+                         capture_output=True, text=True)
+    print(f"{label} rc:", ran.returncode)
+    print(ran.stdout[-1500:] + ran.stderr[-1500:])
+"""
 TORCH_INIT = ("import ctypes, os\n"
               "ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'lib', 'libtorch_hip.so'))\n")
 SCRIPT = r"""
@@ -101,7 +127,7 @@ cp $L/libhipblaslt.so.1.* /site/torch/lib/libhipblaslt.so.1
 gcc -shared -fPIC -o /site/torch/lib/libtorch_hip.so /stand-in/torch_hip.c \
     -Wl,--no-as-needed $L/libhipblaslt.so.1 -Wl,-rpath,'$ORIGIN'
 export PYTHONPATH=/site
-echo '{"hipblaslt": {"ref": "7.2.4+dfsg-1~exp1", "commit": null}}' > /tmp/manifest.json
+cp /stand-in/manifest.json /tmp/manifest.json
 final() { python3 /check/hipblaslt-check.py final $P/lib --manifest /tmp/manifest.json "$@" \
     2>&1 && echo "rc=0" || echo "rc=$?"; }
 echo "== final bundled"; final --bench $P/bin/hipblaslt-bench --image-library-path $P/lib
@@ -118,6 +144,9 @@ kit_bench=$KIT_BUILD/clients/hipblaslt-bench
 echo "== kit bench"; echo "resolves to $(readlink -f $kit_bench)"
 "$kit_bench" --help > /tmp/kit-help.txt 2>&1 && echo "help rc=0" || echo "help rc=$?"
 final --bench "$kit_bench" --image-library-path $P/lib
+echo "== tune gemm"
+IMAGEBUILD_MANIFEST=/tmp/manifest.json PYTHONPATH=/ib python3 -c "$TUNE_GEMM" 2>&1 \
+    && echo "rc=0" || echo "rc=$?"
 """
 
 
@@ -129,12 +158,17 @@ def checked(docker_engine, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     stand_in.mkdir()
     (stand_in / "torch_hip.c").write_text(TORCH_HIP_C)
     (stand_in / "__init__.py").write_text(TORCH_INIT)
+    # The manifest the final stage of rocm-7.2.4 starts from (hipblaslt.bench, its ref).
+    recipe = load_recipe("rocm-7.2.4", REPO)
+    plan = make_plan(recipe, write_lock(recipe, work / "pylock.rocm-7.2.4.toml"))
+    (stand_in / "manifest.json").write_text(json.dumps(manifest(plan)))
     # A monorepo (7.x) source tree as install.sh -c leaves it (test_hipblaslt_kit.py), at
     # the same path inside: its MatchTable.yaml names logic files by absolute path.
     source = build_tree(work / "tree", "monorepo")
     ran = subprocess.run(
         ["docker", "run", "--rm", "--network", "host", "-v", f"{TEMPLATES}:/check:ro",
          "-v", f"{stand_in}:/stand-in:ro", "-v", f"{work / 'tree'}:{work / 'tree'}:ro",
+         "-v", f"{REPO / 'imagebuild'}:/ib/imagebuild:ro", "-e", f"TUNE_GEMM={TUNE_GEMM}",
          "-e", f"BENCH={DEBIAN_BENCH}", "-e", f"PREFIX={HIPBLASLT_PREFIX}",
          "-e", f"SOURCE={source}", "-e", f"KIT_BUILD={_tuning_kit_paths()['build_dir']}",
          image, "bash", "-c", SCRIPT, "install", *HIPBLASLT, *RUNTIME],
@@ -241,3 +275,18 @@ def test_the_tuning_kits_bench_is_the_installed_one_on_torchs_library(
     # the bench find_exact.py runs links the one library torch maps
     assert out.rstrip().endswith("rc=0"), out
     assert f"hipblaslt-bench links {HIPBLASLT_PREFIX}/lib/libhipblaslt.so.1" in out
+
+
+def test_tune_gemm_finds_the_manifests_bench_and_its_arguments_are_accepted(
+        checked: dict[str, str]) -> None:
+    """gemm_tuner's own lookup and command line, run in the container on the real bench:
+    the manifest of rocm-7.2.4's final stage names /opt/hipblaslt/bin/hipblaslt-bench, and
+    the bench takes every argument (it stops at the missing GPU, after parsing them); a
+    misspelt option stops it before that, so the two are told apart."""
+    out = checked["tune gemm"]
+    assert out.rstrip().endswith("rc=0"), out
+    assert f"bench: {HIPBLASLT_PREFIX}/bin/hipblaslt-bench" in out
+    tune, misspelt = out.split("misspelt rc:", 1)
+    assert "tune rc: 1" in tune and "no ROCm-capable device is detected" in tune
+    assert "is not defined" not in tune
+    assert misspelt.lstrip().startswith("255") and "Option --rotatin is not defined." in misspelt
