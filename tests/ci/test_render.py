@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imagebuild.build.stage_plan import parse_stages
+from imagebuild.ci import hipblaslt_job
 from imagebuild.ci.affected import affected_recipes
 from imagebuild.ci.config import load_ci_config
 from imagebuild.ci.generate import render_ci
@@ -19,6 +21,7 @@ from imagebuild.ci.gitlab import GITLAB_FILE
 from imagebuild.ci.inputs import recipe_inputs
 from imagebuild.errors import CIConfigError, RecipeError
 from imagebuild.recipe.load import load_all
+from tests.support.linters import REPO_ROOT
 
 from .test_config import write_config
 
@@ -326,3 +329,11 @@ def test_the_compile_jobs_resource_check_runs_on_this_machine(project: Path, mem
     assert re.match(r"runner: \d+ CPUs, \d+ GiB memory, \d+ GiB free in \S+; the job needs "
                     rf"{memory_gb} GB and 1 GB$", result.stdout.strip())
     assert ("too small for the hipBLASLt compile" in result.stderr) == bool(code)
+
+
+def test_the_compile_job_names_a_stage_of_its_recipes_dockerfile() -> None:
+    """The stage `--stage` gets is one the committed Dockerfile of the job's recipe has."""
+    config = load_ci_config(REPO_ROOT)
+    assert config.hipblaslt_job is not None
+    text = (REPO_ROOT / "dockerfiles" / config.hipblaslt_job.recipe / "Dockerfile").read_text()
+    assert hipblaslt_job.STAGE in [stage.name for stage in parse_stages(text)[1]]
