@@ -76,14 +76,23 @@ CONFIG_SPEC = spec.Obj(
         "rebuild_all_on": spec.Seq(spec.Str("a project path, or dir/** for a whole directory",
                                             PATH_PATTERN)),
         "timeout_hours": spec.Int("hours an image job may run"),
+        "hipblaslt_job": spec.Obj(fields={
+            "recipe": spec.Str("a recipe with hipblaslt.enabled, like rocm-7.0.2, or null",
+                               grammar.EXTENDS, nullable=True),
+            "hours": spec.Int("hours the hipBLASLt compile may run"),
+            "memory_gb": spec.Int("GB of memory the hipBLASLt runner must have"),
+            "disk_gb": spec.Int("GB of free disk the hipBLASLt runner must have"),
+        }),
         "github": spec.Obj(fields={
             "workflow_dir": spec.Str("a directory relative to the project, like ci/github or "
                                      ".github/workflows", grammar.SUBDIR),
-            "runners": spec.Obj(fields={"plan": _LABELS, "build": _LABELS, "gpu": _LABELS}),
+            "runners": spec.Obj(fields={"plan": _LABELS, "build": _LABELS, "gpu": _LABELS,
+                                        "hipblaslt": _LABELS}),
             "max_parallel": spec.Int("image jobs at once (0: no limit)"),
         }),
         "gitlab": spec.Obj(fields={
-            "tags": spec.Obj(fields={"check": _LABELS, "build": _LABELS, "gpu": _LABELS}),
+            "tags": spec.Obj(fields={"check": _LABELS, "build": _LABELS, "gpu": _LABELS,
+                                     "hipblaslt": _LABELS}),
             "image": spec.Str("an image reference like python:3.12-slim, or null",
                               grammar.IMAGE_REFERENCE, nullable=True),
         }),
@@ -92,7 +101,8 @@ CONFIG_SPEC = spec.Obj(
 
 #: Integers that must be positive (or, for max_parallel, zero); the spec has no ranges.
 _MINIMUMS = {("artifacts", "retention_days"): 1, ("timeout_hours",): 1,
-             ("github", "max_parallel"): 0}
+             ("github", "max_parallel"): 0, ("hipblaslt_job", "hours"): 1,
+             ("hipblaslt_job", "memory_gb"): 1, ("hipblaslt_job", "disk_gb"): 1}
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,7 @@ class GitHubConfig:
     plan_runner: tuple[str, ...]
     build_runner: tuple[str, ...]
     gpu_runner: tuple[str, ...]
+    hipblaslt_runner: tuple[str, ...]
     max_parallel: int
 
     @property
@@ -122,7 +133,18 @@ class GitLabConfig:
     check_tags: tuple[str, ...]
     build_tags: tuple[str, ...]
     gpu_tags: tuple[str, ...]
+    hipblaslt_tags: tuple[str, ...]
     image: str | None
+
+
+@dataclass(frozen=True)
+class HipBlasLtJob:
+    """The real hipBLASLt compile of one recipe, on a runner with this much."""
+
+    recipe: str
+    hours: int
+    memory_gb: int
+    disk_gb: int
 
 
 @dataclass(frozen=True)
@@ -137,6 +159,8 @@ class CIConfig:
     timeout_hours: int
     github: GitHubConfig
     gitlab: GitLabConfig
+    #: None: no hipBLASLt compile job.
+    hipblaslt_job: HipBlasLtJob | None = None
     #: The project's config file, relative to the project, when it has one.
     source: str | None = None
 
@@ -245,13 +269,17 @@ def _build_config(data: dict[str, Any], source: str | None) -> CIConfig:
             plan_runner=tuple(github["runners"]["plan"]),
             build_runner=tuple(github["runners"]["build"]),
             gpu_runner=tuple(github["runners"]["gpu"]),
+            hipblaslt_runner=tuple(github["runners"]["hipblaslt"]),
             max_parallel=github["max_parallel"],
         ),
         gitlab=GitLabConfig(
             check_tags=tuple(gitlab["tags"]["check"]),
             build_tags=tuple(gitlab["tags"]["build"]),
             gpu_tags=tuple(gitlab["tags"]["gpu"]),
+            hipblaslt_tags=tuple(gitlab["tags"]["hipblaslt"]),
             image=gitlab["image"],
         ),
+        hipblaslt_job=HipBlasLtJob(**data["hipblaslt_job"])
+        if data["hipblaslt_job"]["recipe"] else None,
         source=source,
     )

@@ -17,9 +17,10 @@ from imagebuild import generated
 from imagebuild.ci.config import DEFAULT_CONFIG, CIConfig, load_ci_config
 from imagebuild.ci.github import ACTIONLINT_CONFIG, actionlint_config, github_workflow
 from imagebuild.ci.gitlab import GITLAB_FILE, gitlab_pipeline
+from imagebuild.ci.hipblaslt_job import job_title as hipblaslt_job_title
 from imagebuild.ci.inputs import RecipeInputs, recipe_inputs
 from imagebuild.ci.yaml_text import comment
-from imagebuild.errors import RecipeError
+from imagebuild.errors import CIConfigError, Problem, RecipeError
 from imagebuild.files import canonical_digest
 from imagebuild.recipe.load import load_all
 from imagebuild.recipe.model import Recipe
@@ -33,6 +34,8 @@ REGENERATE = "imagebuild ci"
 def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dict[str, str]:
     """Project-relative path -> text of every generated CI file. Pure: no file is touched."""
     inputs = recipe_inputs(recipes, project)
+    _check_hipblaslt_job(recipes, config)
+    title = hipblaslt_job_title(config.hipblaslt_job) if config.hipblaslt_job else None
     config_input = generated.Input(
         config.source or DEFAULT_CONFIG, _input_digest(config.to_dict()),
         "" if config.source else "imagebuild's defaults: no ci/config.yaml")
@@ -44,18 +47,37 @@ def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dic
     return {
         config.github.workflow: generated.header([config_input], REGENERATE) + comment(
             "Recipes are not inputs: the plan job works out the affected ones at run time.",
-            "Copy to .github/workflows/, or set github.workflow_dir in ci/config.yaml.")
+            "Copy to .github/workflows/, or set github.workflow_dir in ci/config.yaml.",
+            *([f"Job hipblaslt: {title};", "its runner: github.runners.hipblaslt."]
+              if title else []))
         + github_workflow(config),
         GITLAB_FILE: generated.header([*recipe_inputs_, config_input], REGENERATE) + comment(
             f"Include from .gitlab-ci.yml:  include: [{{local: {GITLAB_FILE}}}]",
             "One job per recipe, started when the recipe, a parent, its lock, its Dockerfile",
             "or its EDF file changes; IMAGEBUILD_ALL=true builds every image. Uses the",
-            "default stages (.pre, build); image jobs need runners whose shell is bash.")
+            "default stages (.pre, build); image jobs need runners whose shell is bash.",
+            *([f"Job imagebuild:hipblaslt: {title};", "its runner: gitlab.tags.hipblaslt."]
+              if title else []))
         + gitlab_pipeline(inputs, config),
         ACTIONLINT_CONFIG: generated.header([config_input], REGENERATE) + comment(
             f"Use with: actionlint -config-file {ACTIONLINT_CONFIG}")
         + actionlint_config(config),
     }
+
+
+def _check_hipblaslt_job(recipes: Sequence[Recipe], config: CIConfig) -> None:
+    """The compile job's recipe must be one of the project's that builds hipBLASLt."""
+    job = config.hipblaslt_job
+    if job is None:
+        return
+    building = sorted(r.name for r in recipes if r.hipblaslt.enabled)
+    if job.recipe not in building:
+        what = ("has hipblaslt.enabled false" if job.recipe in {r.name for r in recipes}
+                else "is not a recipe of this project")
+        raise CIConfigError([Problem(
+            Path(config.source or DEFAULT_CONFIG), None, "hipblaslt_job.recipe",
+            f"{job.recipe} {what}; recipes that build hipBLASLt: "
+            f"{', '.join(building) or 'none'} (null: no hipBLASLt compile job)")])
 
 
 def _input_digest(data: Any) -> str:

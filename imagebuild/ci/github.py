@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from imagebuild.ci import hipblaslt_job
 from imagebuild.ci.config import CIConfig
 from imagebuild.ci.image_job import ARTIFACTS_DIR, build_command, image_files, validate_command
 from imagebuild.ci.yaml_text import dump, shell_script
@@ -152,7 +153,43 @@ def github_workflow(config: CIConfig) -> str:
             },
         },
     }
+    if config.hipblaslt_job is not None:
+        jobs: dict[str, Any] = workflow["jobs"]  # type: ignore[assignment]
+        jobs["hipblaslt"] = _hipblaslt_job(config, install, jobs["images"]["if"])
     return dump(workflow, spaced_sections=["jobs"])
+
+
+def _hipblaslt_job(config: CIConfig, install: dict[str, Any], images_if: str
+                   ) -> dict[str, Any]:
+    """The real hipBLASLt compile: started when its recipe is among the plan's."""
+    job = config.hipblaslt_job
+    assert job is not None
+    logs = hipblaslt_job.log_dir()
+    return {
+        "name": hipblaslt_job.job_title(job),
+        "needs": "plan",
+        "if": f"{images_if} && contains(fromJSON(needs.plan.outputs.matrix).include.*.recipe, "
+              f"'{job.recipe}')",
+        "runs-on": _runs_on(config.github.hipblaslt_runner),
+        "timeout-minutes": job.hours * 60,
+        "env": hipblaslt_job.job_variables(job),
+        "steps": [
+            {"name": "The runner has the memory and disk the compile needs",
+             "run": shell_script(*hipblaslt_job.resources_check(config))},
+            {"uses": CHECKOUT_ACTION},
+            install,
+            {"name": "Lock check", "run": 'imagebuild lock --check --strict "$RECIPE"'},
+            {"name": "Build the hipblaslt stage",
+             "run": shell_script(f'mkdir -p "{logs}"', hipblaslt_job.build_line(config))},
+            {"name": "Upload the log",
+             "if": "always()",
+             "uses": UPLOAD_ACTION,
+             "with": {"name": "imagebuild-${{ env.RECIPE }}-hipblaslt",
+                      "path": f"{ARTIFACTS_DIR}/${{{{ env.RECIPE }}}}/",
+                      "if-no-files-found": "warn",
+                      "retention-days": config.retention_days}},
+        ],
+    }
 
 
 def _runs_on(labels: Sequence[str]) -> str | list[str]:
@@ -165,6 +202,7 @@ def actionlint_config(config: CIConfig) -> str:
              "arm64", "arm"}
     labels = [label for label in dict.fromkeys([*config.github.plan_runner,
                                                 *config.github.build_runner,
-                                                *config.github.gpu_runner])
+                                                *config.github.gpu_runner,
+                                                *config.github.hipblaslt_runner])
               if label not in known]
     return dump({"self-hosted-runner": {"labels": labels}})

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from imagebuild.ci import hipblaslt_job
 from imagebuild.ci.config import CIConfig
 from imagebuild.ci.image_job import ARTIFACTS_DIR, build_command, image_files, validate_command
 from imagebuild.ci.inputs import RecipeInputs
@@ -97,4 +98,37 @@ def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
             "rules": [force, {"changes": {
                 "paths": _gitlab_paths([*item.paths, *config.rebuild_all_on])}}],
         }
+    if config.hipblaslt_job is not None:
+        item = next(i for i in inputs if i.name == config.hipblaslt_job.recipe)
+        pipeline["imagebuild:hipblaslt"] = _hipblaslt_job(config, item, force)
     return dump(pipeline)
+
+
+def _hipblaslt_job(config: CIConfig, item: RecipeInputs, force: dict[str, str]
+                   ) -> dict[str, Any]:
+    """The real hipBLASLt compile, started when its recipe's image job is."""
+    job = config.hipblaslt_job
+    assert job is not None
+    logs = hipblaslt_job.log_dir()
+    compile_job: dict[str, Any] = {
+        "extends": ".imagebuild",
+        "stage": "build",
+        "needs": [{"job": "imagebuild:check", "optional": True}],
+    }
+    if config.gitlab.hipblaslt_tags:
+        compile_job["tags"] = list(config.gitlab.hipblaslt_tags)
+    compile_job["timeout"] = f"{job.hours}h"
+    compile_job["variables"] = hipblaslt_job.job_variables(job)
+    compile_job["script"] = [
+        "set -o pipefail",
+        shell_script(*hipblaslt_job.resources_check(config)),
+        'imagebuild lock --check --strict "$RECIPE"',
+        f'mkdir -p "{logs}"',
+        hipblaslt_job.build_line(config),
+    ]
+    compile_job["artifacts"] = {"name": "imagebuild-$RECIPE-hipblaslt", "when": "always",
+                                "expire_in": f"{config.retention_days} days",
+                                "paths": [f"{logs}/"]}
+    compile_job["rules"] = [force, {"changes": {
+        "paths": _gitlab_paths([*item.paths, *config.rebuild_all_on])}}]
+    return compile_job

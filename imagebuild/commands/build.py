@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.build.image import BuildOptions, BuiltImage
-from imagebuild.build.pipeline import build_recipe, format_sizes
+from imagebuild.build.pipeline import build_recipe, build_stage, checked_stage, format_sizes
 from imagebuild.build.prepare import PreparedBuild, prepare_build
 from imagebuild.commands.engine_choice import open_engine_saying
 from imagebuild.commands.list_ import format_table
@@ -66,7 +66,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also build a derived image with this tuning bundle baked in "
                              "(one layer on the recipe's image, tag ...-tuned-<bundle>); "
                              "--squash and --push then apply to it")
+    parser.add_argument("--stage", default=None, metavar="NAME",
+                        help="build the recipe's Dockerfile up to this stage only (e.g. "
+                             "hipblaslt), tagged <input hash>-NAME: no latest tag, no "
+                             "squash or push; its layers are the full build's cache")
     parser.set_defaults(func=run)
+
+
+#: What a stage build cannot do: it makes no runnable image of the recipe.
+STAGE_REFUSES = (("squash", "--squash"), ("push", "--push"), ("tuning", "--tuning"),
+                 ("check_reproducible", "--check-reproducible"), ("plan", "--plan"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,8 +93,15 @@ def run(args: argparse.Namespace) -> int:
     if args.tuning is not None and args.check_reproducible:
         raise BuildError("--check-reproducible: not with --tuning (check the recipe's "
                          "image, without the bundle)")
+    if args.stage is not None:
+        for attribute, flag in STAGE_REFUSES:
+            if getattr(args, attribute):
+                raise BuildError(f"--stage {args.stage}: not with {flag} (a stage is not the "
+                                 "recipe's image; build the recipe without --stage for that)")
     # The lock is checked, the plan made and the Dockerfile rendered once, for every image.
     prepared = prepare_build(recipe)
+    if args.stage is not None:
+        return run_stage(prepared, options, checked_stage(prepared, args.stage), args.json)
     if args.plan:
         return print_plan(prepared, options)
     if options.formats:  # the squash's tools and room, before hours of building
@@ -122,6 +138,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"times: {timing}")
     return check_reproducible(prepared, options, result, engine) \
         if args.check_reproducible else 0
+
+
+def run_stage(prepared: PreparedBuild, options: BuildOptions, stage: str, as_json: bool) -> int:
+    """``--stage NAME``: that stage alone, for a runner sized for it."""
+    engine = open_engine(options.backend, builder=options.builder)
+    with ProgressDisplay(f"build {prepared.recipe.name} stage {stage}") as display:
+        result = build_stage(prepared, options, stage, engine=engine, say=say,
+                             progress=display)
+    if as_json:
+        print(json.dumps({**result_json(prepared.recipe.name, result), "stage": stage},
+                         indent=2))
+        return 0
+    print(f"stage {stage} of {prepared.recipe.name}: {result.image.ref} "
+          f"({result.image.image_id[:19]}) {'built' if result.built else 'up to date'}")
+    if result.seconds:
+        print("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
+    return 0
 
 
 def print_plan(prepared: PreparedBuild, options: BuildOptions) -> int:

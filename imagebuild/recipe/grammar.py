@@ -40,6 +40,10 @@ INDEX_URL = r"^((https?|file)://[A-Za-z0-9._~:/?#@!&+,;=%{}-]+|/[A-Za-z0-9._/+{}
 #: A lowercase hex sha256 digest.
 SHA256 = r"^[0-9a-f]{64}$"
 SUBDIR = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
+# A TensileLite logic-file glob relative to the library's Logic directory, as install.sh's
+# --logic-yaml-filter takes it (gfx942/*/*, gfx942/Equality/*): path components of letters,
+# digits, ._- and the wildcards * and ?; no "..", no leading "/".
+LOGIC_FILTER = r"^(?!(.*/)?\.\.(/|$))[A-Za-z0-9._*?-]+(/[A-Za-z0-9._*?-]+)*$"
 # An absolute directory inside the image (no "..", no spaces, no shell metacharacters).
 ABSOLUTE_DIR = r"^(?!(.*/)?\.\.(/|$))/[A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$"
 # The same with at most one whole component "*" (the newest release the node has).

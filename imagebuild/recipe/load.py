@@ -57,7 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "python": "3.12",
     "gpu_targets": [],
     "accept_untested_targets": [],
-    "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True},
+    "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True,
+                  "rocroller": True},
     "network_plugin": {"enabled": False, "kind": "aws-ofi-nccl"},
     "megatron": {"enabled": False, "pypi": []},
     "transformer_engine": {"enabled": False},
@@ -423,6 +424,8 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
     if hip.get("enabled") and not data["gpu_targets"]:
         problem(("hipblaslt", "enabled"), "needs gpu_targets to list the GPUs to build "
                 "hipBLASLt for (building for every target takes hours)")
+    if hip.get("enabled") and rocm is not None:
+        _hipblaslt_option_checks(hip, rocm, problem)
     if plugin.get("enabled"):
         libfabric = plugin.get("libfabric") or {}
         for key in ("version", "url"):
@@ -494,7 +497,8 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         ),
         gpu_targets=tuple(data["gpu_targets"]),
         hipblaslt=HipBlasLt(enabled=hip["enabled"], source=source(hip), subdir=hip["subdir"],
-                            clients=hip["clients"], tuning_kit=hip["tuning_kit"]),
+                            clients=hip["clients"], tuning_kit=hip["tuning_kit"],
+                            logic_filter=hip.get("logic_filter"), rocroller=hip["rocroller"]),
         network_plugin=NetworkPlugin(
             enabled=plugin["enabled"], kind=plugin["kind"], source=source(plugin),
             libfabric=Libfabric(version=libfabric.get("version", ""),
@@ -521,6 +525,34 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         accept_untested_targets=tuple(data["accept_untested_targets"]),
         as_written={k: v for k, v in data.items() if k != "extends"},
     )
+
+
+#: The first ROCm release whose hipBLASLt install.sh takes each build option. ROCm/hipBLASLt
+#: added --logic-yaml-filter (-> Tensile_LOGIC_FILTER) on develop in #1007 (2024-09-25),
+#: after the rocm-6.3 release branch was cut (release/rocm-rel-6.3.0.1 has no such option),
+#: so 6.4 is the first release line with it; the rocm-libraries monorepo's
+#: projects/hipblaslt/install.sh keeps it (-> TENSILELITE_LOGIC_FILTER). --skip_rocroller
+#: (HIPBLASLT_ENABLE_ROCROLLER=OFF) exists from 7.0, when rocRoller joined hipBLASLt; 6.x
+#: builds no rocRoller. install.sh's getopt stops the build on an option it does not know.
+HIPBLASLT_OPTION_SINCE = {"logic_filter": (6, 4), "rocroller": (7, 0)}
+
+
+def _hipblaslt_option_checks(hip: dict[str, Any], rocm: str,
+                             problem: Callable[[Path_, str], None]) -> None:
+    """Refuse a hipBLASLt build option the recipe's release cannot take."""
+    release = tuple(int(part) for part in rocm.split(".")[:2])
+    asked = {"logic_filter": hip.get("logic_filter") is not None,
+             "rocroller": hip.get("rocroller") is False}
+    for key, since in HIPBLASLT_OPTION_SINCE.items():
+        if asked[key] and release < since:
+            first = ".".join(map(str, since))
+            what = ("install.sh has no --logic-yaml-filter before it (6.x's -l/--logic, "
+                    "Tensile_LOGIC, picks a whole logic set such as asm_full, not a file "
+                    "filter)" if key == "logic_filter" else
+                    "hipBLASLt builds no rocRoller before it (and its install.sh has no "
+                    "--skip_rocroller)")
+            problem(("hipblaslt", key), f"needs ROCm >= {first}; this recipe is ROCm {rocm}: "
+                    f"{what}. Remove the key")
 
 
 def _wheels_layout(data: dict[str, Any], index_url: str | None

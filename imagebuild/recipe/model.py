@@ -63,6 +63,10 @@ class HipBlasLt:
     clients: bool
     #: Keep hipblaslt-bench, utilities/find_exact.py and the logic YAMLs for offline tuning.
     tuning_kit: bool
+    #: install.sh --logic-yaml-filter: only the logic files matching this glob get kernels.
+    logic_filter: str | None = None
+    #: False: install.sh --skip_rocroller (HIPBLASLT_ENABLE_ROCROLLER=OFF).
+    rocroller: bool = True
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,11 @@ RECIPE = Obj(
             "subdir": Str("a relative directory inside the repository", grammar.SUBDIR),
             "clients": Bool(),
             "tuning_kit": Bool(),
+            "logic_filter": Str(
+                "a logic-file glob relative to hipBLASLt's Logic directory, like gfx942/*/* "
+                "(install.sh --logic-yaml-filter; ROCm >= 6.4): kernels for the logic files it "
+                "leaves out are not built", grammar.LOGIC_FILTER),
+            "rocroller": Bool(),
         }),
         "network_plugin": Obj(fields={
             "enabled": Bool(),

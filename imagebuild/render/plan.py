@@ -77,6 +77,10 @@ class HipBlasLtPlan:
     #: "bundled": the wheel carries its own in torch/lib, which is replaced by links to the
     #: built one. Either way one libhipblaslt file serves torch and hipblaslt-bench.
     torch_links: TorchLinks
+    #: install.sh --logic-yaml-filter (None: every logic file of the targets).
+    logic_filter: str | None = None
+    #: False: install.sh --skip_rocroller.
+    rocroller: bool = True
     tensile_job_memory_gib: int = TENSILE_JOB_MEMORY_GIB
     check: str = HIPBLASLT_CHECK
     cblas_config: str = HIPBLASLT_CBLAS_CONFIG
@@ -378,7 +382,8 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
         prefix=HIPBLASLT_PREFIX,
         source_dir="/usr/src/hipblaslt" + ("" if hip.subdir == "." else f"/{hip.subdir}"),
         rocm_prefix=recipe.rocm_prefix, torch_version=torch,
-        torch_links=torch_hipblaslt(torch))
+        torch_links=torch_hipblaslt(torch), logic_filter=hip.logic_filter,
+        rocroller=hip.rocroller)
 
 
 def torch_hipblaslt(version: str) -> TorchLinks:

@@ -22,12 +22,13 @@ import pytest
 
 from imagebuild.build import image as build_image_module
 from imagebuild.build.image import BuildOptions
-from imagebuild.build.pipeline import build_recipe
+from imagebuild.build.pipeline import build_recipe, build_stage, stage_tag
 from imagebuild.build.prepare import PreparedBuild, prepare_build
 from imagebuild.build.recheck import check_reproducible
+from imagebuild.cli import main
 from imagebuild.convert.sources import TarballSource
 from imagebuild.engine.base import BuildRequest
-from imagebuild.errors import LockError
+from imagebuild.errors import ImagebuildError, LockError
 from imagebuild.images import BUILD_HASH_LABEL
 from imagebuild.lock.epoch import EPOCH_BUILD_ARG
 from imagebuild.lock.lockfile import lock_path
@@ -175,3 +176,34 @@ def test_the_derived_image_builds_and_reads_like_the_build(project: Path, opened
     sqsh = derived.result.artifact("sqsh")
     assert derived.built and sqsh is not None and sqsh.path.name == f"{RECIPE}-tuned.sqsh"
     assert opened[-1] == (derived.image.ref, "export")
+
+
+def test_a_stage_build_targets_that_stage_and_tags_no_latest(project: Path, opened):
+    engine = LabelledEngine(builds=1)
+    build = prepared(project)
+    result = build_stage(build, options(project), "python", engine=engine)
+    request = engine.requests[0]
+    assert request.target == "python"
+    assert request.build_args == {EPOCH_BUILD_ARG: str(build.lock.source_date_epoch)}
+    build_hash = request.labels[BUILD_HASH_LABEL]
+    assert result.image.tags == (stage_tag(RECIPE, build_hash, "python"),)
+    assert result.image.tags[0].endswith("-python") and result.built
+    assert opened == []  # nothing squashed or read
+    assert (project / "artifacts" / RECIPE / "build-python.log").exists()
+
+
+def test_an_unknown_stage_is_refused_before_any_build(project: Path):
+    engine = LabelledEngine(builds=0)
+    with pytest.raises(ImagebuildError) as raised:
+        build_stage(prepared(project), options(project), "pyhton", engine=engine)
+    assert raised.value.hint == "did you mean python? its stages: base, python, final"
+    assert engine.requests == []
+
+
+@pytest.mark.parametrize("flag", [["--squash", "sqsh"], ["--push", "registry.example"],
+                                  ["--check-reproducible"], ["--plan"]])
+def test_a_stage_build_refuses_what_needs_the_whole_image(project: Path, flag: list[str],
+                                                          capsys):
+    assert main(["build", RECIPE, "--stage", "python", *flag]) == 2
+    assert (f"error: --stage python: not with {flag[0]} (a stage is not the recipe's "
+            "image") in capsys.readouterr().err

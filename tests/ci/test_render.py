@@ -3,20 +3,25 @@ configurations that change runners, registry, site and GPU validation."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from imagebuild.build.stage_plan import parse_stages
+from imagebuild.ci import hipblaslt_job
 from imagebuild.ci.affected import affected_recipes
 from imagebuild.ci.config import load_ci_config
 from imagebuild.ci.generate import render_ci
 from imagebuild.ci.github import ACTIONLINT_CONFIG
 from imagebuild.ci.gitlab import GITLAB_FILE
 from imagebuild.ci.inputs import recipe_inputs
-from imagebuild.errors import RecipeError
+from imagebuild.errors import CIConfigError, RecipeError
 from imagebuild.recipe.load import load_all
+from tests.support.linters import REPO_ROOT
 
 from .test_config import write_config
 
@@ -172,7 +177,12 @@ gitlab:
     assert "--allow-cpu" in script and 'CI_COMMIT_BRANCH:-}" = "$CI_DEFAULT_BRANCH"' in script
     assert "# input ci/config.yaml  " in files[GITLAB_FILE].split("\n\n", 1)[0]
     assert yaml.safe_load(files[ACTIONLINT_CONFIG]) == {
-        "self-hosted-runner": {"labels": ["podman", "gpu"]}}
+        "self-hosted-runner": {"labels": ["podman", "gpu", "docker", "large"]}}
+    # The hipBLASLt compile job builds with the site's engine and CA too.
+    compile_run = all_steps_text(workflow(files)["jobs"]["hipblaslt"])
+    assert "podman info --format '{{.Store.GraphRoot}}'" in compile_run
+    assert ('imagebuild build "$RECIPE" --stage hipblaslt --backend podman '
+            "--site-ca /etc/ssl/site-ca.pem") in compile_run
 
 
 def test_workflow_dir_places_the_workflow(project: Path) -> None:
@@ -226,3 +236,104 @@ def test_changed_paths_map_to_recipes(project: Path, changed: str,
     result = affected_recipes(inputs, [changed], load_ci_config(project))
     assert [r.name for r in result.recipes] == expected
     assert [entry["recipe"] for entry in result.matrix()["include"]] == expected
+
+
+def test_the_hipblaslt_compile_job_states_and_gets_what_it_needs(project: Path) -> None:
+    files = render(project)
+    job = workflow(files)["jobs"]["hipblaslt"]
+    need = "needs 64 GB memory, 100 GB free disk, up to 5 h"
+    assert job["name"] == f"hipBLASLt compile of rocm-7.0.2 ({need})"
+    assert job["runs-on"] == ["self-hosted", "linux", "x64", "docker", "large"]
+    assert job["timeout-minutes"] == 300 and job["needs"] == "plan"
+    assert job["env"] == {"RECIPE": "rocm-7.0.2", "HIPBLASLT_MEMORY_GB": "64",
+                          "HIPBLASLT_DISK_GB": "100"}
+    assert job["if"].endswith(
+        "contains(fromJSON(needs.plan.outputs.matrix).include.*.recipe, 'rocm-7.0.2')")
+    assert job["if"].startswith(workflow(files)["jobs"]["images"]["if"])
+    run = all_steps_text(job)
+    assert ('imagebuild build "$RECIPE" --stage hipblaslt --backend docker 2>&1 | tee '
+            '"artifacts/$RECIPE/hipblaslt-stage.log"') in run
+    assert "too small for the hipBLASLt compile" in job["steps"][0]["run"]
+    assert f"# Job hipblaslt: hipBLASLt compile of rocm-7.0.2 ({need});" in files[
+        "ci/github/imagebuild.yml"]
+
+    data = gitlab(files)
+    compile_job = data["imagebuild:hipblaslt"]
+    assert compile_job["tags"] == ["docker", "large"] and compile_job["timeout"] == "5h"
+    assert compile_job["variables"] == job["env"]
+    script = "\n".join(compile_job["script"])
+    assert script.startswith("set -o pipefail\n") and "--stage hipblaslt" in script
+    # Started by the same changes as the recipe's image job.
+    assert compile_job["rules"] == data["imagebuild:rocm-7.0.2"]["rules"]
+    assert f"# Job imagebuild:hipblaslt: hipBLASLt compile of rocm-7.0.2 ({need});" in files[
+        GITLAB_FILE]
+    assert yaml.safe_load(files[ACTIONLINT_CONFIG])["self-hosted-runner"]["labels"][-1] == \
+        "large"
+
+
+def test_the_hipblaslt_job_follows_its_configuration(project: Path) -> None:
+    write_config(project, """\
+version: 1
+hipblaslt_job:
+  recipe: rocm-7.2.4
+  hours: 9
+  memory_gb: 128
+github:
+  runners:
+    hipblaslt: [self-hosted, huge]
+gitlab:
+  tags:
+    hipblaslt: [huge]
+""")
+    files = render(project)
+    job = workflow(files)["jobs"]["hipblaslt"]
+    assert job["name"] == ("hipBLASLt compile of rocm-7.2.4 (needs 128 GB memory, 100 GB "
+                           "free disk, up to 9 h)")
+    assert job["runs-on"] == ["self-hosted", "huge"] and job["timeout-minutes"] == 540
+    compile_job = gitlab(files)["imagebuild:hipblaslt"]
+    assert compile_job["tags"] == ["huge"] and compile_job["timeout"] == "9h"
+    assert compile_job["variables"]["HIPBLASLT_MEMORY_GB"] == "128"
+
+    write_config(project, "version: 1\nhipblaslt_job:\n  recipe: null\n")
+    files = render(project)
+    assert "hipblaslt" not in workflow(files)["jobs"]
+    assert "imagebuild:hipblaslt" not in gitlab(files)
+    assert "Job hipblaslt" not in files["ci/github/imagebuild.yml"]
+
+
+@pytest.mark.parametrize(("recipe", "why"), [
+    ("rocm-7.14.1", "has hipblaslt.enabled false"),
+    ("rocm-9.9.9", "is not a recipe of this project"),
+])
+def test_the_hipblaslt_job_needs_a_recipe_that_builds_hipblaslt(project: Path, recipe: str,
+                                                                why: str) -> None:
+    write_config(project, f"version: 1\nhipblaslt_job:\n  recipe: {recipe}\n")
+    with pytest.raises(CIConfigError) as raised:
+        render(project)
+    assert str(raised.value) == (
+        f"ci/config.yaml: hipblaslt_job.recipe: {recipe} {why}; recipes that build "
+        "hipBLASLt: rocm-6.4.4, rocm-7.0.2, rocm-7.0.2-swiss-ai, rocm-7.1.1, rocm-7.2.4 "
+        "(null: no hipBLASLt compile job)")
+
+
+@pytest.mark.parametrize(("memory_gb", "code"), [(1, 0), (1_000_000, 1)])
+def test_the_compile_jobs_resource_check_runs_on_this_machine(project: Path, memory_gb: int,
+                                                             code: int) -> None:
+    """The generated first step, run by bash here: this machine has more than 1 GB and
+    less than 1 PB of memory."""
+    step = workflow(render(project))["jobs"]["hipblaslt"]["steps"][0]["run"]
+    result = subprocess.run(["bash", "-c", step], capture_output=True, text=True, check=False,
+                            env={**os.environ, "HIPBLASLT_MEMORY_GB": str(memory_gb),
+                                 "HIPBLASLT_DISK_GB": "1"})
+    assert result.returncode == code, result.stderr
+    assert re.match(r"runner: \d+ CPUs, \d+ GiB memory, \d+ GiB free in \S+; the job needs "
+                    rf"{memory_gb} GB and 1 GB$", result.stdout.strip())
+    assert ("too small for the hipBLASLt compile" in result.stderr) == bool(code)
+
+
+def test_the_compile_job_names_a_stage_of_its_recipes_dockerfile() -> None:
+    """The stage `--stage` gets is one the committed Dockerfile of the job's recipe has."""
+    config = load_ci_config(REPO_ROOT)
+    assert config.hipblaslt_job is not None
+    text = (REPO_ROOT / "dockerfiles" / config.hipblaslt_job.recipe / "Dockerfile").read_text()
+    assert hipblaslt_job.STAGE in [stage.name for stage in parse_stages(text)[1]]

@@ -149,3 +149,32 @@ def test_install_sh_and_its_final_make_are_capped_at_the_jobs(tmp_path: Path):
         result = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
                                 env=environment, check=True)
         assert result.stdout.split() == ["make", f"-j{jobs}", "tensile", str(jobs)]
+
+
+def test_install_sh_gets_the_build_options_verbatim_and_the_cap_in_its_environment(
+        tmp_path: Path):
+    """The rendered export and install.sh call, run by sh with a stand-in install.sh that
+    prints its arguments and the parallel levels it inherits. The filter is a glob that
+    matches files in the working directory: unquoted, the shell would expand it."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", recipes)
+    (recipes / "options.yaml").write_text(
+        "version: 1\nextends: rocm-7.2.4\nhipblaslt:\n  logic_filter: gfx942/*/*\n"
+        "  rocroller: false\n")
+    text = render_dockerfile(plan_for(load_recipe("options", tmp_path)))
+    stage = text.split("FROM toolchain AS hipblaslt", 1)[1].split("\nFROM ", 1)[0]
+    export = re.search(r"export CMAKE_BUILD_PARALLEL_LEVEL=[^\\]*", stage).group(0)
+    call = re.search(r"taskset -c \"\$cpus\" \./install\.sh[^\\]*", stage).group(0)
+    work = tmp_path / "work"
+    (work / "gfx942" / "Equality").mkdir(parents=True)
+    (work / "gfx942" / "Equality" / "a.yaml").write_text("")
+    (work / "install.sh").write_text(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\"\n"
+        "echo \"cmake=$CMAKE_BUILD_PARALLEL_LEVEL make=$MAKEFLAGS nproc=$(nproc)\"\n")
+    (work / "install.sh").chmod(0o755)
+    cpu = min(os.sched_getaffinity(0))
+    result = subprocess.run(["sh", "-c", f"jobs=1 && cpus={cpu} && {export} && {call}"],
+                            cwd=work, capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines() == [
+        "-c", "-j", "1", "-a", "gfx90a;gfx942", "--logic-yaml-filter", "gfx942/*/*",
+        "--skip_rocroller", "cmake=1 make=-j1 nproc=1"]

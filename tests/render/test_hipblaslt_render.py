@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -233,3 +234,47 @@ def test_tensile_jobs_formula(tmp_path: Path, cpus: int, mem_gib: int, cgroup: s
                .replace("/sys/fs/cgroup/memory.max", str(limit))
                .replace("/proc/meminfo", str(meminfo)))
     assert run_jobs(command) == expected
+
+
+def with_options(tmp_path: Path, base: str, options: str) -> str:
+    """A recipe that extends a shipped one with hipBLASLt build options, rendered."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", recipes)
+    (recipes / "options.yaml").write_text(
+        f"version: 1\nextends: {base}\nhipblaslt:\n" + "".join(
+            f"  {line}\n" for line in options.splitlines()))
+    return render_dockerfile(plan_for(load_recipe("options", tmp_path)))
+
+
+def install_line(text: str) -> str:
+    stage = text.split("FROM toolchain AS hipblaslt", 1)[1].split("\nFROM ", 1)[0]
+    return re.search(r"taskset -c \"\$cpus\" \./install\.sh[^\n]*", stage).group(0)
+
+
+@pytest.mark.parametrize("name", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1", "rocm-7.2.4"])
+def test_the_shipped_recipes_build_every_logic_file_with_rocroller(name: str):
+    line = install_line(render_dockerfile(plan_for(load_recipe(name, REPO))))
+    assert "--logic-yaml-filter" not in line and "--skip_rocroller" not in line
+
+
+def test_logic_filter_and_rocroller_reach_install_sh_quoted(tmp_path: Path):
+    text = with_options(tmp_path, "rocm-7.2.4", "logic_filter: gfx942/*/*\nrocroller: false")
+    assert install_line(text).endswith(
+        "./install.sh -c -j \"$jobs\" -a 'gfx90a;gfx942' --logic-yaml-filter 'gfx942/*/*' "
+        "--skip_rocroller \\")
+    assert "# --logic-yaml-filter gfx942/*/*: only the logic files matching it get kernels" in text
+    assert "# --skip_rocroller: no rocRoller backend" in text
+
+
+def test_logic_filter_alone_on_644(tmp_path: Path):
+    """6.4's install.sh takes the filter; rocRoller is not part of it (no --skip_rocroller)."""
+    text = with_options(tmp_path, "rocm-6.4.4", "logic_filter: gfx942/Equality/*")
+    line = install_line(text)
+    assert line.endswith("--logic-yaml-filter 'gfx942/Equality/*' \\")
+    assert "--skip_rocroller" not in line
+
+
+def test_the_jobs_cap_reaches_cmake_and_make_without_their_own_j():
+    stage = render_dockerfile(plan_for(load_recipe("rocm-7.2.4", REPO))).split(
+        "FROM toolchain AS hipblaslt", 1)[1]
+    assert '&& export CMAKE_BUILD_PARALLEL_LEVEL="$jobs" MAKEFLAGS="-j$jobs" \\' in stage

@@ -1,0 +1,57 @@
+"""The real hipBLASLt compile as a job of its own, the same in both pipelines: one recipe's
+hipblaslt stage (`imagebuild build RECIPE --stage hipblaslt`) on a runner sized for it.
+
+What the job needs is configuration (hipblaslt_job in imagebuild/data/ci.yaml, from AMD's
+public figures) and is stated where a reader of the pipeline sees it: the job's name, its
+variables, and a first step that fails, naming both figures, on a runner with less memory
+or free disk than that."""
+
+from __future__ import annotations
+
+from imagebuild.ci.config import CIConfig, HipBlasLtJob
+from imagebuild.ci.image_job import ARTIFACTS_DIR
+
+#: The Dockerfile stage the job builds (imagebuild/render/templates/hipblaslt.j2).
+STAGE = "hipblaslt"
+
+
+def job_title(job: HipBlasLtJob) -> str:
+    return (f"hipBLASLt compile of {job.recipe} (needs {job.memory_gb} GB memory, "
+            f"{job.disk_gb} GB free disk, up to {job.hours} h)")
+
+
+def job_variables(job: HipBlasLtJob) -> dict[str, str]:
+    return {"RECIPE": job.recipe, "HIPBLASLT_MEMORY_GB": str(job.memory_gb),
+            "HIPBLASLT_DISK_GB": str(job.disk_gb)}
+
+
+def resources_check(config: CIConfig) -> list[str]:
+    """Shell lines: fail on a runner below the job's memory or the engine's free disk."""
+    root = ("docker info --format '{{.DockerRootDir}}'" if config.site.backend == "docker"
+            else "podman info --format '{{.Store.GraphRoot}}'")
+    return [
+        f'root=$({root} 2>/dev/null || echo .)',
+        "memory=$(awk '/^MemTotal:/ {print int($2 / 1048576)}' /proc/meminfo)",
+        """free=$(df -Pk "$root" | awk 'NR == 2 {print int($4 / 1048576)}')""",
+        ('echo "runner: $(nproc) CPUs, ${memory} GiB memory, ${free} GiB free in $root;'
+         ' the job needs ${HIPBLASLT_MEMORY_GB} GB and ${HIPBLASLT_DISK_GB} GB"'),
+        # GiB against GB: 93% (1e9 / 2**30) of the figure is the same amount.
+        ('if [ "$memory" -lt "$((HIPBLASLT_MEMORY_GB * 93 / 100))" ] || '
+         '[ "$free" -lt "$((HIPBLASLT_DISK_GB * 93 / 100))" ]; then'),
+        ('  echo "this runner is too small for the hipBLASLt compile (hipblaslt_job in'
+         ' ci/config.yaml)" >&2'),
+        "  exit 1",
+        "fi",
+    ]
+
+
+def log_dir() -> str:
+    return f"{ARTIFACTS_DIR}/$RECIPE"
+
+
+def build_line(config: CIConfig) -> str:
+    """The stage build; the recipe comes from $RECIPE, the log goes beside the image jobs'."""
+    parts = [f'imagebuild build "$RECIPE" --stage {STAGE}', f"--backend {config.site.backend}"]
+    if config.site.ca_certificate:
+        parts.append(f"--site-ca {config.site.ca_certificate}")
+    return " ".join(parts) + f' 2>&1 | tee "{log_dir()}/{STAGE}-stage.log"'
