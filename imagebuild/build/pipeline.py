@@ -22,8 +22,8 @@ from imagebuild.errors import ImagebuildError
 from imagebuild.generated import write_all
 from imagebuild.images import build_tag, image_repository, latest_tag
 from imagebuild.recipe.load import project_dir
-from imagebuild.recipe.site import default_site
 from imagebuild.recipe.model import short_hash
+from imagebuild.recipe.site import default_site
 from imagebuild.render.dockerfile import generated_dockerfile
 from imagebuild.render.edf import DEFAULT_SITE, generated_edf
 

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_stage(prepared: PreparedBuild, options: BuildOptions, stage: str, as_json: bool) -> int:
     """``--stage NAME``: that stage alone, for a runner sized for it."""
-    engine = open_engine(options.backend, builder=options.builder)
+    engine = open_engine_saying(options.backend, builder=options.builder)
     with ProgressDisplay(f"build {prepared.recipe.name} stage {stage}") as display:
         result = build_stage(prepared, options, stage, engine=engine, say=say,
                              progress=display)
