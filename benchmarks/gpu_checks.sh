@@ -48,6 +48,13 @@
 #   tokens/s (MFU = HFU 46.6 / 46.8 %, no recompute); NVML telemetry:
 #   SM clock 1515-1980 MHz, up to 701 W, 62 C, "sw_power_cap" throttling in gemm, attention
 #   and train; the history flagged nothing (within +-5 %); 19 libraries fingerprinted
+#   three tracked runs again after every rank's figures were judged and the band became the
+#   earlier runs' median +- max(3 MAD, 5 %) (same command, 2026-11-26, same card): gemm
+#   696.8 / 689.4 / 693.9 TFLOP/s (worst shape 597.9 / 590.5 / 568.5, a different shape in
+#   run 3), attention fwd+bwd 491.2 / 490.5 / 490.3, train 8 blocks 26,785 / 26,814 / 26,793
+#   tokens/s (MFU = HFU 45.6 %); all within the references (.dev/h200-refs.json, -10 %); the
+#   history flagged no run; NVML: SM clock down to 1230-1470 MHz under load, up to 699 W,
+#   61 C, sw_power_cap in gemm, attention and train
 #   tune       shapes --local 11 s; TunableOp kept cuBLAS's "Default" for all 4 top problems
 #              (688.0/688.5/702.3/623.5 TFLOP/s before, 684.9/688.2/702.9/603.9 after:
 #              same kernels, so run-to-run noise is up to 3%); verify reports it not in
