@@ -8,43 +8,30 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from imagebuild.convert import sif_layout as layout
 from imagebuild.errors import EngineError, SquashError
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
-
-# SIF layout (sylabs/sif pkg/sif/sif.go, header and rawDescriptor, little-endian, no
-# padding): the magic at byte 32, the descriptor total and offset (int64) at 88 and 96;
-# each 585-byte descriptor has its data type (int32) at 0, its "used" flag at 4, its
-# offset and size (int64) at 17 and 25, and for a partition its extra bytes at 201: file
-# system type (int32) then partition type (int32).
-# https://github.com/sylabs/sif/blob/main/pkg/sif/sif.go
-SIF_MAGIC = b"SIF_MAGIC\0"
-_MAGIC_AT, _DESCRIPTORS_AT, _DESCRIPTOR_SIZE = 32, 88, 585
-DATA_PARTITION = 0x4004  # DataPartition
-FS_SQUASH, PART_PRIMARY_SYSTEM = 1, 2  # FsSquash, PartPrimSys
 
 
 def is_sif(path: Path) -> bool:
     with open(path, "rb") as stream:
-        return stream.read(_MAGIC_AT + len(SIF_MAGIC))[_MAGIC_AT:] == SIF_MAGIC
+        return layout.has_magic(stream.read(layout.LAUNCH_FIELD + len(layout.MAGIC)))
 
 
 def sif_partition(path: Path) -> tuple[int, int]:
     """(offset, size) of the SIF's primary system partition, a squashfs."""
     with open(path, "rb") as stream:
-        header = stream.read(_DESCRIPTORS_AT + 16)
-        if header[_MAGIC_AT:_MAGIC_AT + len(SIF_MAGIC)] != SIF_MAGIC:
-            raise SquashError(f"{path}: not a SIF file (no SIF magic at byte {_MAGIC_AT})")
-        total, offset = struct.unpack_from("<qq", header, _DESCRIPTORS_AT)
+        total, offset = layout.descriptor_table(stream, str(path))
         stream.seek(offset)
-        table = stream.read(total * _DESCRIPTOR_SIZE)
+        table = stream.read(total * layout.DESCRIPTOR_SIZE)
     for index in range(total):
-        start = index * _DESCRIPTOR_SIZE
+        start = index * layout.DESCRIPTOR_SIZE
         kind, used = struct.unpack_from("<i?", table, start)
-        if not used or kind != DATA_PARTITION:
+        if not used or kind != layout.DATA_PARTITION:
             continue
-        data_offset, size = struct.unpack_from("<qq", table, start + 17)
-        fstype, parttype = struct.unpack_from("<ii", table, start + 201)
-        if fstype == FS_SQUASH and parttype == PART_PRIMARY_SYSTEM:
+        data_offset, size = struct.unpack_from("<qq", table, start + layout.DESCRIPTOR_EXTENT)
+        fstype, parttype = struct.unpack_from("<ii", table, start + layout.DESCRIPTOR_EXTRA)
+        if fstype == layout.FS_SQUASH and parttype == layout.PART_PRIMARY_SYSTEM:
             return data_offset, size
     raise SquashError(f"{path}: the SIF has no squashfs system partition",
                       hint="an image built by apptainer or imagebuild squash has one; an "

@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+from imagebuild.convert import sif_layout as layout
 from imagebuild.convert.artifacts import Artifact, publish
 from imagebuild.convert.sources import ImageConfig
 from imagebuild.convert.squashfs import reproducible_epoch
@@ -33,8 +34,6 @@ from imagebuild.process import DEFAULT_RUNNER, CommandRunner
 #: SIF global header: the first 32 bytes are a launch script ("#!/usr/bin/env
 #: run-singularity\n" in sylabs/sif OptCreateWithLaunchScript); siftool writes zeros.
 LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
-_LAUNCH_FIELD = 32
-_SIF_MAGIC = b"SIF_MAGIC\0"
 
 #: siftool --partarch numbers (siftool add --help) by OCI architecture name.
 _PARTARCH = {"386": 1, "amd64": 2, "arm": 3, "arm64": 4, "ppc64": 5, "ppc64le": 6,
@@ -78,13 +77,14 @@ def _run(argv: list[str], step: str, runner: CommandRunner) -> str:
 
 def write_launch_script(sif_path: Path) -> None:
     with open(sif_path, "r+b") as stream:
-        header = stream.read(_LAUNCH_FIELD + len(_SIF_MAGIC))
-        if header[_LAUNCH_FIELD:] != _SIF_MAGIC:
-            raise SquashError(f"sif: {sif_path.name}: no SIF magic at offset {_LAUNCH_FIELD}")
-        if header[:_LAUNCH_FIELD].strip(b"\0"):
+        header = stream.read(layout.LAUNCH_FIELD + len(layout.MAGIC))
+        if not layout.has_magic(header):
+            raise SquashError(f"sif: {sif_path.name}: no SIF magic at offset "
+                              f"{layout.LAUNCH_FIELD}")
+        if header[:layout.LAUNCH_FIELD].strip(b"\0"):
             return  # a launch script is there already
         stream.seek(0)
-        stream.write(LAUNCH_SCRIPT.ljust(_LAUNCH_FIELD, b"\0"))
+        stream.write(LAUNCH_SCRIPT.ljust(layout.LAUNCH_FIELD, b"\0"))
 
 
 def wrap_squashfs(squashfs: Path, output: Path, config: ImageConfig, *,
@@ -139,12 +139,6 @@ def wrap_squashfs(squashfs: Path, output: Path, config: ImageConfig, *,
             path.unlink(missing_ok=True)
 
 
-# SIF global header and descriptor layout (sylabs/sif pkg/sif/sif.go, header and
-# rawDescriptor, written with encoding/binary little-endian, no padding): the image ID at
-# byte 48, created/modified times (int64) at 64 and 72, descriptor total at 88 and offset
-# at 96; each 585-byte descriptor has its "used" flag at 4 and its times at 41 and 49.
-_HEADER_ID, _HEADER_TIMES, _HEADER_DESCRIPTORS = 48, 64, 88
-_DESCRIPTOR_SIZE, _DESCRIPTOR_USED, _DESCRIPTOR_TIMES = 585, 4, 41
 #: Namespace of the SIF image IDs derived from content (uuid5, RFC 9562 section 5.5).
 _ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/sylabs/sif#imagebuild")
 
@@ -160,17 +154,14 @@ def make_deterministic(sif_path: Path, epoch: int, partition_sha256: str) -> Non
     image_id = uuid.uuid5(_ID_NAMESPACE, f"sha256:{partition_sha256}").bytes
     times = struct.pack("<qq", epoch, epoch)
     with open(sif_path, "r+b") as stream:
-        header = stream.read(_HEADER_DESCRIPTORS + 16)
-        if header[_LAUNCH_FIELD:_LAUNCH_FIELD + len(_SIF_MAGIC)] != _SIF_MAGIC:
-            raise SquashError(f"sif: {sif_path.name}: no SIF magic at offset {_LAUNCH_FIELD}")
-        total, offset = struct.unpack_from("<qq", header, _HEADER_DESCRIPTORS)
-        stream.seek(_HEADER_ID)
+        total, offset = layout.descriptor_table(stream, f"sif: {sif_path.name}")
+        stream.seek(layout.HEADER_ID)
         stream.write(image_id + times)
         for index in range(total):
-            start = offset + index * _DESCRIPTOR_SIZE
-            stream.seek(start + _DESCRIPTOR_USED)
+            start = offset + index * layout.DESCRIPTOR_SIZE
+            stream.seek(start + layout.DESCRIPTOR_USED)
             if stream.read(1) != b"\x00":
-                stream.seek(start + _DESCRIPTOR_TIMES)
+                stream.seek(start + layout.DESCRIPTOR_TIMES)
                 stream.write(times)
 
 
