@@ -136,13 +136,20 @@ def pick_rocm_smi_card(output: str, bdf: str) -> str:
     raise LookupError(f"rocm-smi lists no card at PCI address {bdf} (it lists {listed})")
 
 
-def _rocm_smi_reader(bdf: str | None, index: int) -> tuple[Callable[[], dict[str, Any]], str]:
-    tool = shutil.which("rocm-smi")
+def _smi_tool(name: str, bdf: str | None, index: int) -> tuple[str, str]:
+    """The SMI program ``name`` and the PCI address it is asked about: by address, since
+    torch's index ``index`` need not be the tool's (ROCR_VISIBLE_DEVICES renumbers)."""
+    tool = shutil.which(name)
     if tool is None:
-        raise FileNotFoundError("no rocm-smi on PATH")
+        raise FileNotFoundError(f"no {name} on PATH")
     if bdf is None:
         raise LookupError("torch gives no PCI address for this GPU, and its index "
-                          f"{index} need not be rocm-smi's (ROCR_VISIBLE_DEVICES)")
+                          f"{index} need not be {name}'s (ROCR_VISIBLE_DEVICES)")
+    return tool, bdf
+
+
+def _rocm_smi_reader(bdf: str | None, index: int) -> tuple[Callable[[], dict[str, Any]], str]:
+    tool, bdf = _smi_tool("rocm-smi", bdf, index)
 
     def read() -> dict[str, Any]:
         out = subprocess.run([tool, "--showbus", "--showtemp", "--showpower",
@@ -209,12 +216,7 @@ def parse_amd_smi_metric(output: str) -> dict[str, Any]:
 
 
 def _amd_smi_reader(bdf: str | None, index: int) -> tuple[Callable[[], dict[str, Any]], str]:
-    tool = shutil.which("amd-smi")
-    if tool is None:
-        raise FileNotFoundError("no amd-smi on PATH")
-    if bdf is None:
-        raise LookupError("torch gives no PCI address for this GPU, and its index "
-                          f"{index} need not be amd-smi's (ROCR_VISIBLE_DEVICES)")
+    tool, bdf = _smi_tool("amd-smi", bdf, index)
 
     def read() -> dict[str, Any]:
         out = subprocess.run([tool, "metric", "-g", bdf, "-p", "-c", "-t", "-T", "--json"],
