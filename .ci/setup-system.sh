@@ -41,6 +41,8 @@ PACKAGES=(
     debootstrap          # base images without Docker Hub
     git ca-certificates curl xz-utils
     binutils             # readelf: the network-plugin check reads symbol versions from ELF files
+    libamdhip64-5 libhsa-runtime64-1 librocm-smi64-1   # Debian's real ROCm 5.2.3 HIP, HSA and
+                         # rocm_smi libraries: the doctor's loader walk and SMI item run on them
     shellcheck           # lints every job script of the generated CI pipelines
     uidmap python3       # rootless podman as an unprivileged user (newuidmap), and the
                          # system Python that runs imagebuild as that user
