@@ -109,7 +109,8 @@ def estimate_room(output_dir: Path, name: str, formats: Sequence[str],
         total = int(json.loads(build_record(output_dir, name).read_text())
                     ["sizes"]["total_bytes"])
         return total * files, (f"the last build's image size ({_gib(total)}) x {files} "
-                               f"file{'s' if files > 1 else ''}")
+                               f"file{'s' if files > 1 else ''}, uncompressed: an upper "
+                               f"bound")
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return MINIMUM_PER_FILE * files, (f"no earlier build of {name} recorded there: at least "
