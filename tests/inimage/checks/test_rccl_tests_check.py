@@ -228,3 +228,19 @@ def test_runner_reports_the_check_in_cpu_mode(tmp_path, bench):
     result = check(report, "rccl_tests")
     assert (result["status"], result["cause"]) == ("skipped", "no_gpu")
     assert result["reason"] == "rccl-tests need GPUs (CPU mode)"
+
+
+def test_a_benchmark_past_its_time_fails_with_what_it_printed(tmp_path):
+    """A hung benchmark must not outlast the ranks waiting for the result: it is stopped
+    at its share of --timeout and the check fails naming it."""
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    for name in rccl_tests.BINARIES.values():
+        script = directory / name
+        script.write_text(f"#!{sys.executable}\nimport time\nprint('# nThread 1 nGpus 4', "
+                          "flush=True)\ntime.sleep(30)\n")
+        script.chmod(0o755)
+    result = rccl_tests.measure(directory, 4, 8, None, 1.0)
+    assert result.status == "failed"
+    assert result.reason.startswith("all_reduce_perf ran past 1 s (a quarter of --timeout)")
+    assert result.figures["results"]["all_reduce"]["output_tail"] == ["# nThread 1 nGpus 4"]
