@@ -131,10 +131,10 @@ def measure(directory: Path, gpus: int, world_size: int, free_bytes: int | None,
             runner: Runner = subprocess.run) -> CheckResult:
     """Run the three benchmarks over ``gpus`` GPUs and judge what they print."""
     low, high, why = size_range(world_size, free_bytes)
-    configuration: dict[str, Any] = {"gpus": gpus, "processes": 1, "min_bytes": low, "max_bytes": high,
-                     "factor": 2, "iterations": ITERATIONS, "warmup": WARMUP,
-                     "check_results": True, "sizes_why": why,
-                     "env": {key: environ[key] for key in CONFIG_ENV if key in environ}}
+    configuration: dict[str, Any] = {
+        "gpus": gpus, "processes": 1, "min_bytes": low, "max_bytes": high, "factor": 2,
+        "iterations": ITERATIONS, "warmup": WARMUP, "check_results": True, "sizes_why": why,
+        "env": {key: environ[key] for key in CONFIG_ENV if key in environ}}
     figures: dict[str, Any] = {"bin_dir": str(directory), "configuration": configuration,
                                "results": {}}
     problems: list[str] = []
