@@ -31,6 +31,8 @@ HISTORY_FIGURES = (
     "collectives.busbw_gbps_at_largest.all_reduce",
     "collectives.busbw_gbps_at_largest.all_gather",
     "collectives.busbw_gbps_at_largest.reduce_scatter",
+    "rccl_tests.all_reduce_busbw_gbps", "rccl_tests.all_gather_busbw_gbps",
+    "rccl_tests.reduce_scatter_busbw_gbps",
     "train.tokens_per_s_per_gpu", "train.tflops_per_gpu", "train.mfu", "train.hfu",
     "megatron.tflops_per_gpu",
 )

@@ -11,6 +11,8 @@ from .gpu_data import UsageError
 
 DEFAULT_MANIFEST = "/opt/imagebuild/manifest.json"
 MANIFEST_ENV = "IMAGEBUILD_MANIFEST"
+#: Checks left out unless --checks names them (tuning also runs with --tuning).
+OPTIONAL_CHECKS = ("tuning", "rccl_tests")
 
 
 def _size(text: str) -> int:
@@ -51,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
     no --events) to its own parser and forwards them."""
     g = parser.add_argument_group("checks")
     g.add_argument("--checks", type=_names, default=None, metavar="LIST",
-                   help=f"comma-separated checks to run (default: all of {','.join(CHECK_NAMES)})")
+                   help=f"comma-separated checks to run, of {','.join(CHECK_NAMES)} "
+                        f"(default: all but {','.join(OPTIONAL_CHECKS)}, which run when named "
+                        "here; tuning also with --tuning)")
     g.add_argument("--skip", type=_names, default=[], metavar="LIST",
                    help="comma-separated checks not to run")
     g.add_argument("--allow-cpu", action="store_true",
@@ -97,6 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
                    help="seconds a rank waits for the others before giving up (default 900)")
     g.add_argument("--hipblaslt-bench", default=None, metavar="PATH",
                    help="hipblaslt-bench to run (default: the manifest's, then PATH)")
+    g.add_argument("--rccl-tests-dir", default=None, metavar="DIR",
+                   help="the rccl-tests binaries of the rccl_tests check (default: "
+                        "$IMAGEBUILD_RCCL_TESTS_DIR, else /opt/rccl-tests/bin)")
     g.add_argument("--attention-seq", type=_positive, default=8192, metavar="N",
                    help="sequence length of the attention check (default 8192)")
     g.add_argument("--collective-sizes", type=lambda s: [_size(x) for x in s.split(",") if x],
@@ -190,9 +197,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def selected_checks(options: argparse.Namespace) -> list[str]:
-    # The tuning check runs by default only when there is a bundle to check.
-    chosen = options.checks or [name for name in CHECK_NAMES
-                                if name != "tuning" or getattr(options, "tuning", None)]
+    # The tuning check runs by default only when there is a bundle to check; rccl_tests only
+    # when asked for (minutes of GPU time measuring what collectives measures, with RCCL's
+    # own benchmarks).
+    chosen = options.checks or [
+        name for name in CHECK_NAMES
+        if name not in OPTIONAL_CHECKS or (name == "tuning" and getattr(options, "tuning", None))]
     return [name for name in CHECK_NAMES if name in chosen and name not in options.skip]
 
 

@@ -62,18 +62,41 @@ class SweepPoint:
     channels: int = -1
 
 
-def parse_rccl_tests(text: str) -> list[tuple[int, float]]:
-    """(size in bytes, out-of-place busbw GB/s) rows of rccl-tests/nccl-tests output:
-    ``size count type redop root time algbw busbw #wrong time algbw busbw #wrong``."""
+@dataclass(frozen=True)
+class RcclTestsRow:
+    """One size of rccl-tests/nccl-tests output, out-of-place columns (the first of the two
+    time/algbw/busbw/#wrong groups). ``wrong`` is None where the run did not check results
+    (``-c 0`` prints N/A)."""
+
+    bytes: int
+    count: int
+    dtype: str
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    wrong: int | None
+
+
+def parse_rccl_tests_rows(text: str) -> list[RcclTestsRow]:
+    """The size rows of rccl-tests/nccl-tests output, whose columns are
+    ``size count type redop root time algbw busbw #wrong time algbw busbw #wrong``
+    (nccl-tests src/common.cu); headers, ``# Avg bus bandwidth`` and log lines are skipped."""
     rows = []
     for line in text.splitlines():
         cells = line.split()
         if len(cells) >= 13 and cells[0].isdigit() and cells[1].isdigit():
             try:
-                rows.append((int(cells[0]), float(cells[7])))
+                rows.append(RcclTestsRow(int(cells[0]), int(cells[1]), cells[2],
+                                         float(cells[5]), float(cells[6]), float(cells[7]),
+                                         int(cells[8]) if cells[8].isdigit() else None))
             except ValueError:
                 continue
     return rows
+
+
+def parse_rccl_tests(text: str) -> list[tuple[int, float]]:
+    """(size in bytes, out-of-place busbw GB/s) rows of rccl-tests/nccl-tests output."""
+    return [(row.bytes, row.busbw_gbs) for row in parse_rccl_tests_rows(text)]
 
 
 def size_ranges(collectives_csv: Path) -> dict[str, tuple[int, int]]:
