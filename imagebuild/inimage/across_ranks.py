@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from statistics import median
 from typing import Any
 
 from .result import CheckResult
@@ -23,12 +24,6 @@ PER_RANK_FIGURES: Mapping[str, Mapping[str, bool]] = {
                   "fraction_of_peak": True, "bwd_fwd_time_ratio": False},
     "hipblaslt": {"tflops": True, "fraction_of_peak": True},
 }
-
-
-def median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _number(value: Any) -> bool:

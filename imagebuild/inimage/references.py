@@ -30,9 +30,10 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import median
 from typing import Any
 
-from .across_ranks import PER_RANK_FIGURES, median, rank_values
+from .across_ranks import PER_RANK_FIGURES, rank_values
 from .gpu_data import UsageError
 from .history import HISTORY_FIGURES as KEY_FIGURES
 from .result import FAILED, INCOMPLETE, PASSED, SKIPPED, CheckResult

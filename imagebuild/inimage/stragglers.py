@@ -12,23 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from statistics import median
 from typing import Any
 
-from .across_ranks import median
+from .across_ranks import PER_RANK_FIGURES as PER_RANK_SPREAD
 from .result import FAILED, CheckResult
 
 GPU_MARGIN = 0.10
 #: CPU ranks share the host's cores with whatever else runs there.
 CPU_MARGIN = 0.5
 
-#: Per-rank figures, all "higher is better", by check.
+#: Per-rank throughputs, by check: every TFLOP/s figure a rank measures for itself
+#: (across_ranks.py), the worst GEMM shape and each attention pass among them, since one
+#: slow kernel choice or one slow pass hides in an aggregate.
 PER_RANK_FIGURES: Mapping[str, tuple[str, ...]] = {
-    # the worst shape too: one slow kernel choice hides in the aggregate of many
-    "gemm": ("tflops", "worst_shape_tflops"),
-    # each pass too: a rank slow in the backward pass only hides in the fwd+bwd sum
-    "attention": ("fwd_bwd_tflops", "fwd_tflops", "bwd_tflops"),
-    "hipblaslt": ("tflops",),
-}
+    check: tuple(f for f, higher in figures.items() if higher and f.endswith("tflops"))
+    for check, figures in PER_RANK_SPREAD.items()}
 
 
 def _gpu(rank: Mapping[str, Any]) -> str:

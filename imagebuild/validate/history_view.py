@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from imagebuild.errors import ValidateError
@@ -75,16 +76,10 @@ def setup_key(record: Mapping[str, Any], figure: str) -> tuple[Any, ...]:
     return base
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def band_of(earlier: Sequence[float], tolerance: float) -> tuple[float, float]:
     """Median +- max(MAD_WIDTH scaled MADs, tolerance of the median) of ``earlier``."""
-    center = _median(earlier)
-    mad = _median([abs(v - center) for v in earlier]) * MAD_TO_SIGMA
+    center = median(earlier)
+    mad = median([abs(v - center) for v in earlier]) * MAD_TO_SIGMA
     half = max(MAD_WIDTH * mad, tolerance * abs(center))
     return center - half, center + half
 
