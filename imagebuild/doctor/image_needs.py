@@ -11,10 +11,9 @@ from typing import Any
 from imagebuild.convert.read_file import read_from_image_file
 from imagebuild.errors import ValidateError
 from imagebuild.inimage.doctor.needs import (
-    DEVICE_CODE_FILE,
     ImageNeeds,
+    needs_beside,
     needs_from_manifest,
-    read_device_code,
     with_device_code,
 )
 from imagebuild.inimage.image_manifest import load_manifest
@@ -41,8 +40,7 @@ def needs_from_file(path: Path) -> ImageNeeds:
     if manifest is None:
         raise ValidateError(f"doctor: {why}", hint="name a recipe or an image, or run inside "
                             "an image built by imagebuild")
-    return with_device_code(needs_from_manifest(manifest),
-                            read_device_code(path.with_name(DEVICE_CODE_FILE)))
+    return needs_beside(manifest, path)
 
 
 #: Squashed image files (imagebuild squash, apptainer build), read without an engine.

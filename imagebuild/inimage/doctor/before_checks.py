@@ -25,13 +25,7 @@ from ..image_manifest import load_manifest
 from ..result import CheckResult, failed
 from .finding import FAIL, Finding, exit_code, report
 from .libfabric import FabricSettings
-from .needs import (
-    DEVICE_CODE_FILE,
-    ImageNeeds,
-    needs_from_manifest,
-    read_device_code,
-    with_device_code,
-)
+from .needs import ImageNeeds, needs_beside
 from .node import Node
 from .run import DoctorSettings, format_lines, run_doctor
 
@@ -85,8 +79,7 @@ def preflight(options: Any, environ: Mapping[str, str]) -> Preflight:
     manifest, why = load_manifest(path)
     if manifest is None:
         return Preflight((), None, why)
-    needs = with_device_code(needs_from_manifest(manifest),
-                             read_device_code(Path(path).with_name(DEVICE_CODE_FILE)))
+    needs = needs_beside(manifest, path)
     return Preflight(tuple(run_doctor(needs, in_image_settings(root, environ))), needs)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..image_manifest import load_manifest
 from .before_checks import in_image_settings
 from .finding import exit_code, report
-from .needs import DEVICE_CODE_FILE, needs_from_manifest, read_device_code, with_device_code
+from .needs import needs_beside
 from .run import format_lines, run_doctor
 
 DEFAULT_MANIFEST = "/opt/imagebuild/manifest.json"
@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if manifest is None:
         print(f"doctor: {why}", file=sys.stderr)
         return 2
-    needs = with_device_code(needs_from_manifest(manifest),
-                             read_device_code(Path(manifest_path).with_name(DEVICE_CODE_FILE)))
+    needs = needs_beside(manifest, manifest_path)
     findings = run_doctor(needs, in_image_settings(root, os.environ))
     document = report(findings, {"image": needs.name, "rocm": needs.rocm,
                                  "part": "image", "root": str(root)})

@@ -17,11 +17,11 @@ hipErrorInvalidDeviceFunction), or torch reports "no kernel image is available".
 from __future__ import annotations
 
 from .finding import Finding, failed, passed, skipped, warned
+from .needs import DEVICE_CODE_FILE as REPORT
 from .needs import ImageNeeds
 from .node import Node
 
 ITEM = "gfx"
-REPORT = "device-code.json"
 #: Kernel libraries that work without files for a target: MIOpen compiles kernels at run
 #: time when it has no database for the architecture.
 OPTIONAL_KERNELS = ("libMIOpen",)

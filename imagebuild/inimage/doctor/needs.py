@@ -90,3 +90,10 @@ def with_device_code(needs: ImageNeeds, report: dict[str, Any] | None) -> ImageN
                   if isinstance(n, int))))
     return replace(needs, device_code_targets=tuple(str(t) for t in report["targets"]),
                    kernel_libraries=tuple(libraries))
+
+
+def needs_beside(manifest: dict[str, Any], manifest_path: str | Path) -> ImageNeeds:
+    """What the image at ``manifest_path`` needs: its manifest, with the device-code report
+    the final stage writes beside it (DEVICE_CODE_FILE) where there is one."""
+    return with_device_code(needs_from_manifest(manifest),
+                            read_device_code(Path(manifest_path).with_name(DEVICE_CODE_FILE)))
