@@ -41,14 +41,16 @@ from ..check_context import Context
 from ..model.llama import LLAMA_3_1_8B
 from ..model.workload import fsdp_collectives, megatron_collectives
 from ..result import FAILED, NO_GPU, NOT_APPLICABLE, CheckResult, failed, judge, skipped
+from ..tuning.rccl_sweep import BINARIES as SWEEP_BINARIES
 from ..tuning.rccl_sweep import RCCL_TESTS_BIN, RcclTestsRow, parse_rccl_tests_rows
 
 NAME = "rccl_tests"
 #: Where the benchmarks are, when neither --rccl-tests-dir nor the default holds them.
 BIN_DIR_ENV = "IMAGEBUILD_RCCL_TESTS_DIR"
-#: Collective -> rccl-tests binary (src/*.cu of rccl-tests).
-BINARIES = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
-            "reduce_scatter": "reduce_scatter_perf"}
+#: The step's collectives, named as the collectives check names them -> their rccl-tests
+#: binary (the sweep's table, which names them as collectives.csv does).
+BINARIES = {op: SWEEP_BINARIES[op.replace("_", "")]
+            for op in ("all_reduce", "all_gather", "reduce_scatter")}
 MIN_BYTES = 8 * 2**20
 ITERATIONS, WARMUP = 20, 5
 #: The environment that changes what RCCL runs, reported with the figures when set.
