@@ -38,11 +38,16 @@ HISTORY_FIGURES = (
 )
 
 
+def _check_figures(report: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """The figures of the report's check ``name``; None when it has no such check."""
+    return next((c.get("figures") or {} for c in report.get("checks", [])
+                 if c.get("name") == name), None)
+
+
 def _across_ranks(report: Mapping[str, Any], dotted: str) -> Mapping[str, Any] | None:
     """The spread across ranks of a figure every rank measured (across_ranks.py)."""
     name, _, path = dotted.partition(".")
-    figures = next((c.get("figures") or {} for c in report.get("checks", [])
-                    if c.get("name") == name), {})
+    figures = _check_figures(report, name) or {}
     spread = (figures.get("across_ranks") or {}).get(path)
     return spread if isinstance(spread, Mapping) else None
 
@@ -52,8 +57,7 @@ def _figure(report: Mapping[str, Any], dotted: str) -> Any:
     if spread is not None:  # the slowest rank's, which the job runs at; not rank 0's
         return spread.get("worst")
     name, _, path = dotted.partition(".")
-    value: Any = next((c.get("figures", {}) for c in report.get("checks", [])
-                       if c.get("name") == name), None)
+    value: Any = _check_figures(report, name)
     for key in path.split("."):
         if not isinstance(value, Mapping):
             return None
