@@ -50,7 +50,7 @@ def build_recipe(prepared: PreparedBuild, options: BuildOptions, *, engine: Engi
     recipe = prepared.recipe
     for item in write_all([generated_dockerfile(prepared.plan, text=prepared.dockerfile),
                            generated_edf(recipe, project_dir(),
-                                         default_site(DEFAULT_SITE) or DEFAULT_SITE)]):
+                                         default_site(DEFAULT_SITE))]):
         say(f"rendered {item.path}")
     engine = engine or open_engine(options.backend, builder=options.builder)
     prepare_seconds = time.monotonic() - started

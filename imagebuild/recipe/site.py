@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
@@ -130,6 +130,10 @@ def site_names(project: Path | None = None) -> list[str]:
 SITE_ENV = "IMAGEBUILD_SITE"
 
 
+@overload
+def default_site(fallback: str) -> str: ...
+@overload
+def default_site(fallback: None = None) -> str | None: ...
 def default_site(fallback: str | None = None) -> str | None:
     """The default of every ``--site``: $IMAGEBUILD_SITE when set, else ``fallback`` (render's
     committed EDF files need a site: it passes the one they are committed for)."""
