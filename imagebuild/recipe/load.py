@@ -43,6 +43,7 @@ from imagebuild.recipe.model import (
     Wheels,
 )
 from imagebuild.recipe.rocm_layout import is_therock_line, system_prefix
+from imagebuild.recipe.rocm_layout import release as rocm_release
 
 RECIPE_SUFFIX = ".yaml"
 
@@ -540,11 +541,11 @@ HIPBLASLT_OPTION_SINCE = {"logic_filter": (6, 4), "rocroller": (7, 0)}
 def _hipblaslt_option_checks(hip: dict[str, Any], rocm: str,
                              problem: Callable[[Path_, str], None]) -> None:
     """Refuse a hipBLASLt build option the recipe's release cannot take."""
-    release = tuple(int(part) for part in rocm.split(".")[:2])
+    line = rocm_release(rocm)
     asked = {"logic_filter": hip.get("logic_filter") is not None,
              "rocroller": hip.get("rocroller") is False}
     for key, since in HIPBLASLT_OPTION_SINCE.items():
-        if asked[key] and release < since:
+        if asked[key] and line < since:
             first = ".".join(map(str, since))
             what = ("install.sh has no --logic-yaml-filter before it (6.x's -l/--logic, "
                     "Tensile_LOGIC, picks a whole logic set such as asm_full, not a file "

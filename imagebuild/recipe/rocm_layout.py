@@ -17,6 +17,12 @@ import re
 PACKAGED_PREFIX = "/opt/rocm"
 
 
+def release(rocm: str) -> tuple[int, int]:
+    """(major, minor) of a checked ROCm version such as 7.0.2."""
+    major, minor = (int(part) for part in rocm.split(".")[:2])
+    return major, minor
+
+
 def is_therock_line(rocm: str) -> bool:
     """7.14.x and 10.x and later: the Core SDK lines (there is no 8 or 9)."""
     match = re.match(r"(\d+)\.(\d+)", rocm)
@@ -30,5 +36,5 @@ def system_prefix(rocm: str | None) -> str:
     """The directory a base image of this ROCm release installs ROCm to."""
     if rocm is None or not is_therock_line(rocm):
         return PACKAGED_PREFIX
-    major, minor = (int(part) for part in rocm.split(".")[:2])
+    major, minor = release(rocm)
     return f"{PACKAGED_PREFIX}/core-{major}.{minor}" if major >= 10 else f"{PACKAGED_PREFIX}/core"
