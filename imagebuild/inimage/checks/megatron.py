@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from ..check_context import Context
-from ..check_runner import package_root
 from ..job_rank import free_port
 from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE, LlamaConfig
 from ..model.megatron_run import (
@@ -44,6 +43,7 @@ from ..model.megatron_run import (
     parse_training_log,
     pretrain_arguments,
 )
+from ..package_path import package_root
 from ..result import (
     NOT_APPLICABLE,
     CheckResult,

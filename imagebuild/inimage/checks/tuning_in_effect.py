@@ -102,7 +102,7 @@ def bundle_figures(directory: Path, bundle: Bundle, target: Target) -> dict[str,
 def child_env(bundle: Bundle | None, directory: Path) -> dict[str, str]:
     """This process's environment without any tuning variable, plus the bundle's when
     given; the checks importable."""
-    from ..check_runner import package_root
+    from ..package_path import package_root
 
     env = {k: v for k, v in os.environ.items() if k not in TUNING_VARIABLES}
     env.pop("PYTORCH_TUNABLEOP_RECORD_UNTUNED", None)
