@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -24,24 +23,10 @@ from pathlib import Path
 import pytest
 
 from imagebuild.inimage.checks.devices import parse_cpulist
+from tests.support.slurm import cluster_up
 from tests.support.validate import assert_cpu_mode_report, check, run_imagebuild
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _cluster_up() -> str | None:
-    """None when a node answers in an up state, else why not."""
-    for tool in ("sbatch", "sinfo", "scontrol"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not on PATH (.ci/setup-system.sh installs SLURM)"
-    probe = subprocess.run(["sinfo", "--noheader", "--format=%t"], capture_output=True,
-                           text=True, timeout=30, check=False)
-    if probe.returncode != 0:
-        return f"sinfo failed: {probe.stderr.strip() or probe.returncode}"
-    states = probe.stdout.split()
-    if not any(s in ("idle", "mix", "alloc") for s in states):  # "idle*": not responding
-        return f"no SLURM node is up (states: {', '.join(states) or 'none'})"
-    return None
 
 
 SITE = """\
@@ -60,7 +45,7 @@ container:
 
 
 def test_sbatch_job_runs_the_cpu_suite_on_two_bound_ranks(tmp_path: Path) -> None:
-    why = _cluster_up()
+    why = cluster_up()
     if why:
         pytest.skip(why)
     (tmp_path / "sites").mkdir()
