@@ -49,7 +49,7 @@ from .package_path import package_root
 from .references import judge_against_references, load_references, relaxed_thresholds
 from .rendezvous import RendezvousFailed, mark, meet, ranks_lost, whereabouts
 from .result import CheckResult, failed, merge_ranks
-from .run_facts import doctor_facts, run_facts
+from .run_facts import doctor_facts, run_facts, screen_facts
 from .run_output import (
     SUITE_FAILED,
     Progress,
@@ -225,7 +225,7 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
                  "device": str(ctx.device), "gpu_model": ctx.gpu_model,
                  **(ctx.gpu.to_dict() if ctx.gpu else {})}
     names = selected_checks(options)
-    extra = {**doctor_facts(doctor), "node": node_facts(node_root())}
+    extra = {**doctor_facts(doctor), **screen_facts(os.environ), "node": node_facts(node_root())}
     path = destination(options, ctx.rank, host, started)
     master = f"{launch.master_addr}:{launch.master_port}"
     facts = run_facts(options, ctx, [rank_info], references, mine, extra)

@@ -62,3 +62,33 @@ def doctor_facts(doctor: Any) -> dict[str, Any]:
                                              {"image": needs.name if needs else None,
                                               "rocm": needs.rocm if needs else None,
                                               "part": "image"})}}
+
+
+def screen_facts(environ: Any) -> dict[str, Any]:
+    """Where the batch job screened its nodes first (IMAGEBUILD_SCREEN_DIR, set by the
+    script of ``validate --launcher sbatch --screen``): the nodes it kept and those it
+    excluded, with their reasons."""
+    import json
+    from pathlib import Path
+
+    directory = environ.get("IMAGEBUILD_SCREEN_DIR")
+    if not directory:
+        return {}
+    reports = {}
+    for path in sorted(Path(directory).glob("*.json")):
+        try:
+            report = json.loads(path.read_text())
+            reports[report["node"]] = report
+        except (OSError, ValueError, KeyError):
+            continue
+    try:
+        listed = (Path(directory) / "exclude").read_text().strip()
+    except OSError:
+        listed = ""
+    excluded = [n for n in listed.split(",") if n]
+    return {"screen": {
+        "dir": directory,
+        "passed": sorted(n for n, r in reports.items() if r.get("verdict") == "PASS"),
+        "excluded": [{"node": n, "reasons": (reports[n]["reasons"] if n in reports
+                                             else ["no report: its screen did not finish"])}
+                     for n in excluded]}}

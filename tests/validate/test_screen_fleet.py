@@ -79,3 +79,22 @@ def test_the_command_on_this_node_writes_the_lists(tmp_path: Path) -> None:
     assert "FAIL  nid042" in done.stdout and "shm: /dev/shm is 64 MiB" in done.stdout
     assert (tmp_path / "out/failing_nodes.txt").read_text() == "nid042\n"
     assert "PASS  shm" not in (tmp_path / "out/screen.log").read_text()
+
+
+def test_validate_screens_this_node_first(tmp_path: Path) -> None:
+    """--screen on this node: a node tree with a process on a GPU fails the screen and
+    stops the run before the checks; this machine itself, with the locked-memory floor
+    lowered below its 8 MiB, passes and the checks run."""
+    root = healthy(tmp_path, "nid007")
+    plant(root, "foreign-process")
+    done = run_imagebuild("validate", "--local", "--cpu", "--allow-cpu", "--screen",
+                          "--checks", "environment", "--report", str(tmp_path / "r.json"),
+                          cwd=tmp_path, env={"IMAGEBUILD_NODE_ROOT": str(root)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "this node failed its screen" in done.stderr
+    assert "FAIL  gpu-processes" in done.stderr and not (tmp_path / "r.json").exists()
+    done = run_imagebuild("validate", "--local", "--cpu", "--allow-cpu", "--screen",
+                          "--screen-args", "--memlock-min-gib 0", "--checks", "environment",
+                          "--report", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "r.json").exists()
