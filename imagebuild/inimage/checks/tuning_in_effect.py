@@ -52,7 +52,14 @@ from ..tuning.bundle_format import (
     tuning_env,
 )
 from ..tuning.problems import GemmProblem, ProblemError
-from ..tuning.verify import Measurement, ProblemComparison, git_version_mismatch, judge, table
+from ..tuning.verify import (
+    Measurement,
+    ProblemComparison,
+    git_version_mismatch,
+    judge,
+    table,
+    taf_figures,
+)
 
 NAME = "tuning"
 #: This module, run in a child process to measure with a bundle's variables set.
@@ -226,6 +233,7 @@ def evaluate(directory: Path, manifest: dict[str, Any] | None, device_index: int
     figures.update(extra)
     figures["per_problem"] = problem_figures(rows, extra.get("tunableop"))
     figures["speedup_geomean"] = round(geomean([r.speedup for r in rows]) or 0.0, 4)
+    figures.update(taf_figures(rows))
     figures["kernels_changed"] = sum(1 for r in rows if r.kernel_changed)
     figures["in_effect"] = verdict.ok
     figures["reasons"] = list(verdict.reasons)
