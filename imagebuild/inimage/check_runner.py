@@ -66,6 +66,8 @@ from .screen.node_facts import node_facts
 from .stragglers import CPU_MARGIN, GPU_MARGIN, judge_stragglers
 from .telemetry import Sampler, open_reader
 from .test_hooks import hang_for_test
+from .vendor_figures import for_gpu as vendor_figures_for
+from .vendor_figures import judge_vendor_figures
 
 #: Checks that need more than one rank to mean anything (the runner then starts two
 #: processes in CPU mode).
@@ -291,6 +293,7 @@ def _run_checks(ctx: Any, names: list[str], ranks: list[dict[str, Any]], facts: 
                                                ctx.gpu.pci_bus_id)
     else:
         reader, telemetry_source = None, "not available: CPU mode, no GPU to read"
+    vendor = vendor_figures_for(ctx.gpu_data, ctx.gpu_model) if gpu else []
     progress = Progress(options.events, enabled=ctx.rank == 0)
     progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
                   host=ctx.host)
@@ -329,6 +332,7 @@ def _run_checks(ctx: Any, names: list[str], ranks: list[dict[str, Any]], facts: 
         ctx.thresholds = floors
         merged = judge_against_references(merged, mine, floors,
                                           references.system if references else None, gpu)
+        merged = judge_vendor_figures(merged, vendor, ctx.nodes)
         merged = judge_stragglers(merged, ranks, margin)
         if gpu:  # beside the figure they explain: every rank's GPU during this check
             telemetry = ctx.all_gather_object(local_telemetry, tag=f"telemetry:{name}")
