@@ -44,6 +44,7 @@ from .gpu_data import (
 )
 from .image_manifest import load_manifest
 from .job_rank import Launch, detect_launch, free_port, single_process
+from .log_signatures import classify
 from .options import check_consistency, manifest_path, parse, selected_checks
 from .package_path import package_root
 from .references import judge_against_references, load_references, relaxed_thresholds
@@ -315,7 +316,10 @@ def _run_checks(ctx: Any, names: list[str], ranks: list[dict[str, Any]], facts: 
         except Exception as exc:  # noqa: BLE001 - a broken check is a failed result
             tail = traceback.format_exc().strip().splitlines()[-6:]
             first = str(exc).splitlines()[0] if str(exc) else ""
-            result = failed(name, f"error: {type(exc).__name__}: {first}"[:300], details=tail)
+            signature = classify(f"{type(exc).__name__}: {first}")
+            result = failed(name, f"error: {type(exc).__name__}: {first}"[:300],
+                            {"log_signature": signature.name} if signature else {},
+                            details=tail)
         result = result.with_duration(time.perf_counter() - begin)
         local_telemetry = sampler.stop() if sampler else None
         mark(ctx.store, ctx.rank, f"done with check {name}")
