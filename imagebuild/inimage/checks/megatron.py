@@ -34,6 +34,7 @@ from ..check_context import Context
 from ..job_rank import free_port
 from ..log_signatures import errors, scan
 from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE, LlamaConfig
+from ..model.loss_curve import falls
 from ..model.megatron_run import (
     MEGATRON_ENV,
     Architecture,
@@ -253,10 +254,15 @@ def evaluate(figures: dict[str, Any], run: MegatronRun, ctx: Context) -> CheckRe
                         "did not finish the iterations it was given (the ReFrame check's "
                         "sanity test fails the same way)")
     first, last = figures["loss_first"], figures["loss_last"]
+    losses = figures.get("losses") or [v for v in (first, last) if v is not None]
+    fell, fit = falls(losses)
+    figures["loss_slope_per_step"] = round(fit, 6) if fit is not None else None
     if first is None or last is None:
         problems.append("Megatron printed no 'lm loss'")
-    elif not last < first:
-        problems.append(f"lm loss did not fall ({first:.4f} -> {last:.4f})")
+    elif not fell:
+        problems.append(f"lm loss did not fall ({first:.4f} -> {last:.4f}, least-squares "
+                        f"slope {fit if fit is not None else float('nan'):+.4g} per "
+                        "iteration)")
     tflops = figures["tflops_per_gpu"]
     if tflops is None:
         problems.append("Megatron printed no 'throughput per GPU (TFLOP/s/GPU)' (--log-throughput)")
