@@ -233,7 +233,6 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     master = f"{launch.master_addr}:{launch.master_port}"
     facts = run_facts(options, ctx, [rank_info], references, mine, extra)
     if path is not None:  # before any rendezvous: what rank 0 knows alone is on disk
-        facts["fingerprint"] = fingerprint()
         write_partial({**facts, "stage": "rendezvous"},
                       [waiting_entry(launch.world_size, master, options.timeout)], names,
                       started, options, path)

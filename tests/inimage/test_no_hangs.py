@@ -103,7 +103,7 @@ def test_the_report_is_on_disk_while_rank_0_waits(tmp_path: Path) -> None:
     assert report["stage"] == "rendezvous" and report["complete"] is False
     [entry] = report["checks"]
     assert entry["name"] == "rendezvous" and entry["cause"] == "incomplete"
-    assert "waiting at 127.0.0.1:" in entry["reason"] and report["fingerprint"]["files"]
+    assert "waiting at 127.0.0.1:" in entry["reason"] and report["node"]["kernel"]
 
 
 @pytest.mark.slow
