@@ -100,6 +100,13 @@ def stopped(facts: dict[str, Any], results: list[CheckResult], entry: CheckResul
                           run={**facts, "complete": False, "stopped_by": stopped_by,
                                "checks_pending": pending}, allow_cpu=options.allow_cpu)
     report["summary"]["exit_code"] = SUITE_FAILED
+    deliver(report, path, options)
+    return SUITE_FAILED
+
+
+def deliver(report: dict[str, Any], path: Path | None, options: Any) -> bool:
+    """Write the final report (when there is a path) and print its table, or send it as
+    the last event; False when it could not be written."""
     written = None
     if path is not None:
         try:
@@ -113,7 +120,7 @@ def stopped(facts: dict[str, Any], results: list[CheckResult], entry: CheckResul
         print(format_table(report), flush=True)
         if written:
             print(f"report: {written}", flush=True)
-    return SUITE_FAILED
+    return path is None or written is not None
 
 
 def hard_exit(code: int) -> None:
@@ -139,18 +146,6 @@ def finish(options: Any, facts: dict[str, Any], results: list[CheckResult],
             print(f"error: cannot append to history {options.history}: {exc.strerror}",
                   file=sys.stderr)
             code = 2
-    written = None
-    if path is not None:
-        try:
-            written = write_report(report, path)
-        except OSError as exc:
-            print(f"error: cannot write report {path}: {exc.strerror}", file=sys.stderr)
-            code = 2
-    if options.events:
-        Progress(True, True).emit("report", report=report,
-                                  path=str(written) if written else None)
-    else:
-        print(format_table(report))
-        if written:
-            print(f"report: {written}")
+    if not deliver(report, path, options):
+        code = 2
     return code
