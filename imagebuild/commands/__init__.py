@@ -13,6 +13,7 @@ COMMANDS = [
     "build",
     "squash",
     "doctor",
+    "screen",
     "validate",
     "report",
     "ci",

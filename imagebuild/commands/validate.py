@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -46,7 +47,8 @@ _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", 
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
                "distribution", "exclusive",
-               "bind_host_rocm", "tuning", "doctor", "references", "history"}
+               "bind_host_rocm", "tuning", "doctor", "references", "history", "screen",
+               "screen_args"}
 
 
 def register(subparsers: Any) -> None:
@@ -79,6 +81,14 @@ def register(subparsers: Any) -> None:
                              "(--rocm; default: the site's apptainer.bind_host_rocm, else no)")
     parser.add_argument("--report", default=None, metavar="PATH",
                         help="JSON report path (default ./reports/validate-<host>-<time>.json)")
+    parser.add_argument("--screen", action="store_true",
+                        help="screen the nodes first (imagebuild screen's node part): with "
+                             "--launcher sbatch the job runs the checks on the nodes that pass "
+                             "and excludes the others; on this node a failing screen stops the "
+                             "run")
+    parser.add_argument("--screen-args", default="", metavar="FLAGS",
+                        help="flags for the node screen, e.g. '--memlock-min-gib 64 "
+                             "--kernel-log-minutes 60'")
     batch = parser.add_argument_group("sbatch launcher (defaults: the site profile's slurm)")
     batch.add_argument("--nodes", type=int, default=2, help="nodes (default 2)")
     batch.add_argument("--gpus-per-node", type=int, default=None,
@@ -171,7 +181,9 @@ def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) 
                       partition=args.partition, account=args.account,
                       environment=args.environment,
                       report_path=str(Path(args.report).resolve()) if args.report else None,
-                      mount_checks=args.mount_checks, doctor=getattr(args, "doctor", True))
+                      mount_checks=args.mount_checks, doctor=getattr(args, "doctor", True),
+                      screen=bool(getattr(args, "screen", False)),
+                      screen_args=tuple(shlex.split(getattr(args, "screen_args", "") or "")))
 
 
 def runner_values(args: argparse.Namespace, defaults: SiteDefaults, launcher: str
@@ -236,6 +248,26 @@ def run_doctor_first(args: argparse.Namespace, target: Target, gpus: str, launch
     return True
 
 
+def screen_first(args: argparse.Namespace, launcher: str) -> bool:
+    """This node's screen before the checks run here; False (after its lines) when it
+    fails. Only where the checks run in this environment: a container's screen is
+    ``imagebuild screen`` with the image, and a batch job screens its own nodes."""
+    import subprocess
+
+    if launcher != "local":
+        raise ValidateError(f"--screen with --launcher {launcher}: the screen runs with "
+                            "--launcher sbatch (on the job's nodes) or local (this node)",
+                            hint="run imagebuild screen X.sif (or --environment EDF) first")
+    command = [sys.executable, "-m", "imagebuild.inimage", "screen",
+               *shlex.split(args.screen_args or ""), *(["--cpu"] if args.cpu else [])]
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        print("validate stopped before the checks: this node failed its screen (fix the "
+              "failed items, or run without --screen)", file=sys.stderr)
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -273,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
             from imagebuild.recipe.load import load_recipe
 
             check_current(engine, load_recipe(target.recipe, project_dir()), target.ref)
+    if args.screen and launcher != "sbatch" and not screen_first(args, launcher):
+        return 1
     if args.doctor and not run_doctor_first(args, target, gpus, launcher, defaults):
         return 1
     thresholds = load_thresholds(args.thresholds)

@@ -22,7 +22,8 @@ directory works under any package name.
 #: Version of the JSON report written by the runner (docs/validate-report.md).
 REPORT_SCHEMA = "imagebuild-validate-report/1"
 
-#: Every check, in the order the runner runs them (rccl_tests, the image's own collective
+#: Every check, in the order the runner runs them (groups and repeated_init, the process
+#: groups and communicators a framework builds, and rccl_tests, the image's own collective
 #: benchmarks, beside collectives; the train step and the users' Megatron
 #: run last: they take the most memory and the longest; the environment first: it explains
 #: the failures after it).
@@ -34,6 +35,8 @@ CHECK_NAMES = (
     "tuning",
     "attention",
     "collectives",
+    "groups",
+    "repeated_init",
     "rccl_tests",
     "network",
     "train",

@@ -13,4 +13,8 @@ if __name__ == "__main__":
         from .doctor.cli import main as doctor_main
 
         sys.exit(doctor_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["screen"]:  # this node's screen (imagebuild screen runs it on each)
+        from .screen.cli import main as screen_main
+
+        sys.exit(screen_main(sys.argv[2:]))
     sys.exit(main())

@@ -19,7 +19,7 @@ from .result import CheckResult
 #: Scalar figures each rank measures for itself, by check: figure -> higher is better.
 PER_RANK_FIGURES: Mapping[str, Mapping[str, bool]] = {
     "gemm": {"tflops": True, "fraction_of_peak": True, "worst_shape_tflops": True,
-             "worst_shape_fraction_of_peak": True},
+             "worst_shape_fraction_of_peak": True, "taf_tflops": True},
     "attention": {"fwd_bwd_tflops": True, "fwd_tflops": True, "bwd_tflops": True,
                   "fraction_of_peak": True, "bwd_fwd_time_ratio": False},
     "hipblaslt": {"tflops": True, "fraction_of_peak": True},

@@ -47,6 +47,8 @@ class Context:
     manifest_problem: str | None = None
     nccl_log_pattern: str | None = None
     control_group: Any = None
+    #: The rendezvous store (rendezvous.py): each rank's progress marks live there.
+    store: Any = None
 
     @property
     def rank(self) -> int:

@@ -1,12 +1,15 @@
 """Runs the checks on every rank and reports from rank 0.
 
 Every rank runs every check (SPMD, whatever started it: torchrun, srun, or this runner,
-which starts one process per GPU, or two in CPU mode, when nothing else did). After each
-check the ranks exchange their results over a gloo group and rank 0 merges them, prints
-progress, rewrites the JSON report after every check (atomically: a temporary file
-renamed over it, so a crash or a job's time limit leaves the finished checks on disk,
-marked ``complete: false``), and at the end prints the table (or, with --events, streams
-JSON lines for a host that renders them).
+which starts one process per GPU, or two in CPU mode, when nothing else did). Rank 0
+writes the report's facts before the ranks meet; the rendezvous is bounded by --timeout
+and names the ranks that never came (rendezvous.py). After each check the ranks exchange
+their results over a gloo group and rank 0 merges them, prints progress, rewrites the
+JSON report after every check (atomically: a temporary file renamed over it, so a crash
+or a job's time limit leaves the finished checks on disk, marked ``complete: false``), and
+at the end prints the table (or, with --events, streams JSON lines for a host that
+renders them). An exchange that times out ends the run with exit 2 and a report naming
+the ranks that never reached it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import importlib
-import json
 import os
 import socket
 import subprocess
@@ -29,7 +31,7 @@ from typing import Any
 
 from . import CHECK_MODULES, CHECK_NAMES
 from .across_ranks import summarize_ranks
-from .doctor.before_checks import doctor_first
+from .doctor.before_checks import doctor_first, node_root
 from .doctor.before_checks import stop as stop_doctor
 from .fingerprint import fingerprint
 from .gpu_data import (
@@ -40,28 +42,37 @@ from .gpu_data import (
     load_threshold_file,
     match_gpu,
 )
-from .history import append_history, history_record
 from .image_manifest import load_manifest
 from .job_rank import Launch, detect_launch, free_port, single_process
+from .log_signatures import classify
 from .options import check_consistency, manifest_path, parse, selected_checks
+from .package_path import package_root
 from .references import judge_against_references, load_references, relaxed_thresholds
+from .rendezvous import RendezvousFailed, mark, meet, ranks_lost, whereabouts
 from .result import CheckResult, failed, merge_ranks
-from .run_report import (
-    EVENT_PREFIX,
-    build_report,
-    default_report_destination,
-    exit_code,
-    format_table,
-    utc_now,
-    verdict_line,
-    write_report,
+from .run_facts import doctor_facts, run_facts, screen_facts
+from .run_output import (
+    SUITE_FAILED,
+    Progress,
+    destination,
+    finish,
+    hard_exit,
+    own_destination,
+    stopped,
+    waiting_entry,
+    write_partial,
 )
+from .run_report import exit_code, utc_now, verdict_line
+from .screen.node_facts import node_facts
 from .stragglers import CPU_MARGIN, GPU_MARGIN, judge_stragglers
 from .telemetry import Sampler, open_reader
+from .test_hooks import hang_for_test
+from .vendor_figures import for_gpu as vendor_figures_for
+from .vendor_figures import judge_vendor_figures
 
 #: Checks that need more than one rank to mean anything (the runner then starts two
 #: processes in CPU mode).
-DISTRIBUTED_CHECKS = ("collectives", "train")
+DISTRIBUTED_CHECKS = ("collectives", "groups", "repeated_init", "train")
 SPAWNED_ENV = "IMAGEBUILD_VALIDATE_LAUNCHER"
 
 
@@ -96,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if nproc > 1:
             return spawn(argv, nproc)
         launch = single_process()
-    return run_rank(options, launch, gpu_data, overrides)
+    return run_rank(options, launch, gpu_data, overrides, doctor)
 
 
 def default_nproc(options: Any) -> int:
@@ -106,14 +117,6 @@ def default_nproc(options: Any) -> int:
         return torch.cuda.device_count()
     wants_ranks = any(name in selected_checks(options) for name in DISTRIBUTED_CHECKS)
     return 2 if wants_ranks else 1
-
-
-def package_root() -> Path:
-    """The directory to put on PYTHONPATH so that ``python -m <this package>`` works."""
-    root = Path(__file__).resolve().parent
-    for _ in range(__package__.count(".") + 1):
-        root = root.parent
-    return root
 
 
 def spawn(argv: list[str], nproc: int, grace_s: float = 30.0) -> int:
@@ -173,38 +176,15 @@ def _setup_nccl_log() -> tuple[str | None, Path]:
     return None, workdir
 
 
-class Progress:
-    """Rank 0's voice: human lines on stderr, or JSON events on stdout for a host."""
-
-    def __init__(self, events: bool, enabled: bool):
-        self.events = events
-        self.enabled = enabled
-
-    def emit(self, kind: str, **payload: Any) -> None:
-        if not self.enabled:
-            return
-        if self.events:
-            sys.stdout.write(EVENT_PREFIX + json.dumps({"event": kind, **payload}) + "\n")
-            sys.stdout.flush()
-            return
-        if kind == "check_started":
-            print(f"[{payload['index']}/{payload['total']}] {payload['name']} ...",
-                  file=sys.stderr, flush=True)
-        elif kind == "check_finished":
-            result = payload["result"]
-            print(f"      {result['status']} ({result['duration_s']:.1f}s): {result['reason']}",
-                  file=sys.stderr, flush=True)
-
-
-def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
-             overrides: dict[str, Any]) -> int:
+def _local_context(options: Any, launch: Launch, gpu_data: dict[str, Any],
+                   overrides: dict[str, Any]) -> Any:
+    """What this rank knows alone, before it meets the others: its device, the GPU
+    table's entry, peak and thresholds, the manifest."""
     import torch
-    import torch.distributed as dist
 
     from .check_context import Context
     from .gpu import describe
 
-    started = utc_now()
     gpu = not options.cpu and torch.cuda.is_available()
     if gpu:
         index = launch.local_rank % torch.cuda.device_count()
@@ -214,111 +194,81 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     else:
         device = torch.device("cpu")
         nccl_pattern, workdir = None, Path(tempfile.mkdtemp(prefix="imagebuild-validate-"))
-    backend = "nccl" if gpu else "gloo"
-    os.environ["MASTER_ADDR"] = launch.master_addr
-    os.environ["MASTER_PORT"] = str(launch.master_port)
-    try:
-        kwargs: dict[str, Any] = {}
-        if gpu:
-            kwargs["device_id"] = device  # eager NCCL init: its log then names the network
-        dist.init_process_group(backend, init_method="env://", rank=launch.rank,
-                                world_size=launch.world_size,
-                                timeout=_dt.timedelta(seconds=options.timeout), **kwargs)
-    except Exception as exc:  # noqa: BLE001 - rendezvous fails with many exception types
-        print(f"error: rank {launch.rank}: torch.distributed {backend} init with "
-              f"{launch.master_addr}:{launch.master_port} failed: {exc}", file=sys.stderr)
-        return 2
-    control = dist.new_group(backend="gloo") if backend != "gloo" else None
     ctx = Context(options=options, launch=launch, mode="gpu" if gpu else "cpu", device=device,
-                  backend=backend, gpu_data=gpu_data, workdir=workdir,
-                  nccl_log_pattern=nccl_pattern, control_group=control)
-    ctx.hosts = ctx.all_gather_object(socket.gethostname())
-    if not gpu:
-        # Ranks sharing a host share its cores: oversubscribed threads would measure
-        # contention, not the code.
-        cores = len(os.sched_getaffinity(0))
-        torch.set_num_threads(max(1, cores // ctx.local_world_size))
+                  backend="nccl" if gpu else "gloo", gpu_data=gpu_data, workdir=workdir,
+                  nccl_log_pattern=nccl_pattern)
     if gpu:
         ctx.gpu = describe(device.index)
         ctx.gpu_match = match_gpu(gpu_data, ctx.gpu.name, ctx.gpu.arch, ctx.gpu.memory_gib)
-    model = ctx.gpu_model
     if options.peak_tflops:
         ctx.peak_tflops, ctx.peak_source = float(options.peak_tflops), "--peak-tflops"
     elif ctx.gpu_match and ctx.gpu_match.model:
         peak = device_peak(ctx.gpu_match.model, ctx.gpu.multiprocessors if ctx.gpu else None)
         ctx.peak_tflops, ctx.partition = peak.tflops, peak.partition
-        ctx.peak_source = (f"{model} in {gpu_data.get('_path')} (matched by "
+        ctx.peak_source = (f"{ctx.gpu_model} in {gpu_data.get('_path')} (matched by "
                            f"{ctx.gpu_match.how}): {peak.source}")
-    ctx.thresholds = effective_thresholds(gpu_data, model, overrides)
-    references = load_references(options.references) if options.references else None
-    mine = references.for_gpu(model, cpu=not gpu) if references else {}
+    ctx.thresholds = effective_thresholds(gpu_data, ctx.gpu_model, overrides)
     ctx.manifest_path = manifest_path(options)
     ctx.manifest, ctx.manifest_problem = load_manifest(ctx.manifest_path)
+    return ctx
 
-    rank_info = {"rank": ctx.rank, "host": ctx.host, "local_rank": launch.local_rank,
-                 "device": str(device), "gpu_model": model,
+
+def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
+             overrides: dict[str, Any], doctor: Any = None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    started = utc_now()
+    ctx = _local_context(options, launch, gpu_data, overrides)
+    host = socket.gethostname()
+    gpu = ctx.mode == "gpu"
+    references = load_references(options.references) if options.references else None
+    mine = references.for_gpu(ctx.gpu_model, cpu=not gpu) if references else {}
+    rank_info = {"rank": ctx.rank, "host": host, "local_rank": launch.local_rank,
+                 "device": str(ctx.device), "gpu_model": ctx.gpu_model,
                  **(ctx.gpu.to_dict() if ctx.gpu else {})}
-    ranks = ctx.all_gather_object(rank_info)
-
-    margin = options.straggler_margin or (GPU_MARGIN if gpu else CPU_MARGIN)
-    if gpu and ctx.gpu is not None:
-        reader, telemetry_source = open_reader(ctx.gpu.vendor, ctx.gpu.index,
-                                               ctx.gpu.pci_bus_id)
-    else:
-        reader, telemetry_source = None, "not available: CPU mode, no GPU to read"
     names = selected_checks(options)
-    progress = Progress(options.events, enabled=ctx.rank == 0)
-    progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
-                  host=ctx.host)
-    results: list[CheckResult] = []
-    facts = _run_facts(options, ctx, ranks, references, mine) if ctx.rank == 0 else {}
+    extra = {**doctor_facts(doctor), **screen_facts(os.environ), "node": node_facts(node_root())}
+    path = destination(options, ctx.rank, host, started)
+    master = f"{launch.master_addr}:{launch.master_port}"
+    facts = run_facts(options, ctx, [rank_info], references, mine, extra)
+    if path is not None:  # before any rendezvous: what rank 0 knows alone is on disk
+        write_partial({**facts, "stage": "rendezvous"},
+                      [waiting_entry(launch.world_size, master, options.timeout)], names,
+                      started, options, path)
+    waited = time.perf_counter()
+    try:
+        store = meet(launch, host, options.timeout)
+    except RendezvousFailed as failure:
+        print(f"error: rank {launch.rank}: rendezvous failed: {failure}", file=sys.stderr,
+              flush=True)
+        if launch.rank != 0 and not failure.joined.get(0):
+            path = own_destination(options, launch.rank, host, started)
+        if path is None:
+            return SUITE_FAILED
+        entry = failed("rendezvous", f"the ranks did not all meet: {failure}"[:600],
+                       failure.to_figures()).with_duration(time.perf_counter() - waited)
+        return stopped(facts, [], entry, names, started, options, path, "rendezvous")
+    kwargs: dict[str, Any] = {"device_id": ctx.device} if gpu else {}  # eager NCCL init:
+    timeout = _dt.timedelta(seconds=options.timeout)                  # its log names the net
+    dist.init_process_group(ctx.backend, store=dist.PrefixStore("pg", store), rank=launch.rank,
+                            world_size=launch.world_size, timeout=timeout, **kwargs)
+    ctx.store = store
+    ctx.control_group = (dist.new_group(backend="gloo", timeout=timeout)
+                         if ctx.backend != "gloo" else None)
+    ctx.hosts = ctx.all_gather_object(host)
+    if not gpu:
+        # Ranks sharing a host share its cores: oversubscribed threads would measure
+        # contention, not the code.
+        cores = len(os.sched_getaffinity(0))
+        torch.set_num_threads(max(1, cores // ctx.local_world_size))
+    ranks = ctx.all_gather_object(rank_info)
     if ctx.rank == 0:
-        facts["telemetry"] = telemetry_source
-    destination = _destination(options, ctx, started)
-    for index, name in enumerate(names, start=1):
-        progress.emit("check_started", name=name, index=index, total=len(names))
-        module = importlib.import_module(f".checks.{CHECK_MODULES.get(name, name)}", __package__)
-        sampler = Sampler(reader, telemetry_source).start() if reader else None
-        begin = time.perf_counter()
-        floors = ctx.thresholds
-        # A figure the system's references cover is judged against them, not the floor.
-        ctx.thresholds = relaxed_thresholds(name, floors, mine)
-        try:
-            result = module.run(ctx)
-        except Exception as exc:  # noqa: BLE001 - a broken check is a failed result
-            tail = traceback.format_exc().strip().splitlines()[-6:]
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            result = failed(name, f"error: {type(exc).__name__}: {first}"[:300], details=tail)
-        result = result.with_duration(time.perf_counter() - begin)
-        local_telemetry = sampler.stop() if sampler else None
-        gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
-        merge = getattr(module, "merge", None)
-        merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
-        merged = summarize_ranks(merged)  # every rank judged, not rank 0's figures only
-        ctx.thresholds = floors
-        merged = judge_against_references(merged, mine, floors,
-                                          references.system if references else None, gpu)
-        merged = judge_stragglers(merged, ranks, margin)
-        if gpu:  # beside the figure they explain: every rank's GPU during this check
-            telemetry = ctx.all_gather_object(local_telemetry, tag=f"telemetry:{name}")
-            merged = replace(merged, figures={**merged.figures, "telemetry": [
-                {"rank": rank, **(t or {"source": telemetry_source})}
-                for rank, t in enumerate(telemetry)]})
-        results.append(merged)
-        progress.emit("check_finished", result=merged.to_dict())
-        if ctx.rank == 0 and destination is not None and index < len(names):
-            _write_partial(facts, results, names[index:], started, options, destination)
-        del result, gathered
-        gc.collect()  # the check's tensors (a whole model for train) go before the next
-        if gpu:
-            torch.cuda.empty_cache()
-
-    code = exit_code(results, options.allow_cpu)
-    if ctx.rank == 0:
-        # After the checks: RCCL/NCCL, the plugins and the GEMM libraries are loaded by now.
-        facts["fingerprint"] = fingerprint()
-        code = _finish(options, facts, results, started, destination)
-    code = ctx.all_gather_object(code)[0]
+        facts = run_facts(options, ctx, ranks, references, mine,
+                          {**extra, "rendezvous": {"master": master,
+                                                   "seconds": round((utc_now() - started)
+                                                                    .total_seconds(), 2)}})
+    code = _run_checks(ctx, names, ranks, facts, mine, references, started, path)
     # Drop what still holds the process groups (a train check's FSDP mesh, collectives'
     # work handles) while they are alive: left to interpreter exit, torch 2.13's gloo
     # teardown aborted ("terminate called without an active exception") in about one run
@@ -328,6 +278,110 @@ def run_rank(options: Any, launch: Launch, gpu_data: dict[str, Any],
     dist.destroy_process_group()
     gc.collect()
     return code
+
+
+def _run_checks(ctx: Any, names: list[str], ranks: list[dict[str, Any]], facts: dict[str, Any],
+                mine: dict[str, Any], references: Any, started: _dt.datetime,
+                path: Path | None) -> int:
+    import torch
+
+    options = ctx.options
+    gpu = ctx.mode == "gpu"
+    margin = options.straggler_margin or (GPU_MARGIN if gpu else CPU_MARGIN)
+    if gpu and ctx.gpu is not None:
+        reader, telemetry_source = open_reader(ctx.gpu.vendor, ctx.gpu.index,
+                                               ctx.gpu.pci_bus_id)
+    else:
+        reader, telemetry_source = None, "not available: CPU mode, no GPU to read"
+    vendor = vendor_figures_for(ctx.gpu_data, ctx.gpu_model) if gpu else []
+    progress = Progress(options.events, enabled=ctx.rank == 0)
+    progress.emit("start", checks=names, world_size=ctx.world_size, mode=ctx.mode,
+                  host=ctx.host)
+    results: list[CheckResult] = []
+    if ctx.rank == 0:
+        facts["telemetry"] = telemetry_source
+    for index, name in enumerate(names, start=1):
+        progress.emit("check_started", name=name, index=index, total=len(names))
+        module = importlib.import_module(f".checks.{CHECK_MODULES.get(name, name)}", __package__)
+        sampler = Sampler(reader, telemetry_source).start() if reader else None
+        begin = time.perf_counter()
+        floors = ctx.thresholds
+        # A figure the system's references cover is judged against them, not the floor.
+        ctx.thresholds = relaxed_thresholds(name, floors, mine)
+        mark(ctx.store, ctx.rank, f"in check {name}")
+        try:
+            hang_for_test(ctx.rank, name)
+            result = module.run(ctx)
+        except Exception as exc:  # noqa: BLE001 - a broken check is a failed result
+            tail = traceback.format_exc().strip().splitlines()[-6:]
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            signature = classify(f"{type(exc).__name__}: {first}")
+            result = failed(name, f"error: {type(exc).__name__}: {first}"[:300],
+                            {"log_signature": signature.name} if signature else {},
+                            details=tail)
+        result = result.with_duration(time.perf_counter() - begin)
+        local_telemetry = sampler.stop() if sampler else None
+        mark(ctx.store, ctx.rank, f"done with check {name}")
+        try:
+            gathered = [CheckResult.from_dict(d) for d in _gather_results(ctx, name, result)]
+        except Exception as exc:
+            if not ranks_lost(exc):
+                raise
+            ctx.thresholds = floors
+            return _stalled(ctx, name, exc, facts, results, names[index - 1:], started, path)
+        merge = getattr(module, "merge", None)
+        merged = merge(gathered, ctx) if merge else merge_ranks(gathered, ctx.hosts)
+        merged = summarize_ranks(merged)  # every rank judged, not rank 0's figures only
+        ctx.thresholds = floors
+        merged = judge_against_references(merged, mine, floors,
+                                          references.system if references else None, gpu)
+        merged = judge_vendor_figures(merged, vendor, ctx.nodes)
+        merged = judge_stragglers(merged, ranks, margin)
+        if gpu:  # beside the figure they explain: every rank's GPU during this check
+            telemetry = ctx.all_gather_object(local_telemetry, tag=f"telemetry:{name}")
+            merged = replace(merged, figures={**merged.figures, "telemetry": [
+                {"rank": rank, **(t or {"source": telemetry_source})}
+                for rank, t in enumerate(telemetry)]})
+        results.append(merged)
+        progress.emit("check_finished", result=merged.to_dict())
+        if ctx.rank == 0 and path is not None and index < len(names):
+            write_partial(facts, results, names[index:], started, options, path)
+        del result, gathered
+        gc.collect()  # the check's tensors (a whole model for train) go before the next
+        if gpu:
+            torch.cuda.empty_cache()
+
+    code = exit_code(results, options.allow_cpu)
+    if ctx.rank == 0:
+        # After the checks: RCCL/NCCL, the plugins and the GEMM libraries are loaded by now.
+        facts["fingerprint"] = fingerprint()
+        code = finish(options, facts, results, started, path)
+    return int(ctx.all_gather_object(code)[0])
+
+
+def _stalled(ctx: Any, name: str, exc: Exception, facts: dict[str, Any],
+             results: list[CheckResult], pending: list[str], started: _dt.datetime,
+             path: Path | None) -> int:
+    """A rank did not come to the exchange after ``name`` within --timeout: rank 0 names
+    the ranks that are elsewhere (their last progress mark) and ends the run, exit 2."""
+    print(f"error: rank {ctx.rank}: the ranks did not meet after check {name} within "
+          f"{ctx.options.timeout} s: {str(exc).splitlines()[0][:200]}", file=sys.stderr)
+    if ctx.rank != 0:
+        hard_exit(SUITE_FAILED)
+    where = whereabouts(ctx.store, ctx.world_size)
+    behind = {r: w for r, w in where.items() if w != f"done with check {name}"}
+    hosts = ctx.hosts
+    named = "; ".join(f"rank {r} ({hosts[r] if r < len(hosts) else '?'}): "
+                      f"{w or 'no progress recorded'}" for r, w in sorted(behind.items()))
+    reason = (f"ranks did not meet after {name} within {ctx.options.timeout} s: "
+              f"{named or 'every rank finished it (the exchange itself failed)'}")
+    entry = failed(name, reason[:600], {"stalled_ranks": [
+        {"rank": r, "host": hosts[r] if r < len(hosts) else None, "last_seen": w}
+        for r, w in sorted(behind.items())], "timeout_s": ctx.options.timeout},
+        details=[str(exc).splitlines()[0][:300]])
+    stopped(facts, results, entry, pending[1:], started, ctx.options, path, "timeout")
+    hard_exit(SUITE_FAILED)
+    return SUITE_FAILED  # not reached
 
 
 def _gather_results(ctx: Any, name: str, result: CheckResult) -> list[dict[str, Any]]:
@@ -343,97 +397,6 @@ def _gather_results(ctx: Any, name: str, result: CheckResult) -> list[dict[str, 
         except RanksOutOfStep:
             continue
     raise RanksOutOfStep(f"ranks could not agree on the results of {name}")
-
-
-def _run_facts(options: Any, ctx: Any, ranks: list[dict[str, Any]], references: Any,
-               mine: dict[str, Any]) -> dict[str, Any]:
-    """What the report says about the run, besides the checks (gathered once, rank 0)."""
-    from .checks.environment import installed_versions
-
-    manifest = ctx.manifest or {}
-    return {
-        "host": ctx.host,
-        "hosts": sorted(set(ctx.hosts)),
-        "nodes": ctx.nodes,
-        "world_size": ctx.world_size,
-        "launcher": ctx.launch.launcher,
-        "mode": ctx.mode,
-        "backend": ctx.backend,
-        "image": options.image or os.environ.get("IMAGEBUILD_IMAGE") or manifest.get("image"),
-        "recipe": options.recipe or manifest.get("recipe"),
-        "input_hash": manifest.get("input_hash"),
-        "manifest_path": ctx.manifest_path,
-        "manifest_found": ctx.manifest is not None,
-        "versions": installed_versions(),
-        "gpu_model": ctx.gpu_model,
-        "peak_bf16_tflops": ctx.peak_tflops,
-        "peak_source": ctx.peak_source or None,
-        "partition": ctx.partition,
-        "gpus": [r for r in ranks if r.get("name")],
-        "ranks": ranks,
-        "thresholds": ctx.thresholds,
-        "system": (options.system or (references.system if references else None)
-                   or ctx.host),
-        "references": ({"system": references.system, "source": references.provenance(),
-                        "described_as": references.source,
-                        "figures": {k: r.to_list() for k, r in sorted(mine.items())}}
-                       if references else None),
-        "options": {key: value for key, value in sorted(vars(options).items())
-                    if key not in ("events",)},
-    }
-
-
-def _destination(options: Any, ctx: Any, started: _dt.datetime) -> Path | None:
-    if options.report == "-" or ctx.rank != 0:
-        return None
-    if options.report:
-        return Path(options.report)
-    destination, note = default_report_destination(ctx.host, started)
-    if note:
-        print(note, file=sys.stderr, flush=True)
-    return destination
-
-
-def _write_partial(facts: dict[str, Any], results: list[CheckResult], pending: list[str],
-                   started: _dt.datetime, options: Any, destination: Path) -> None:
-    """The report so far, so that a run cut short keeps its finished checks."""
-    report = build_report(results=results, started=started, finished=utc_now(),
-                          run={**facts, "complete": False, "checks_pending": pending},
-                          allow_cpu=options.allow_cpu)
-    try:
-        write_report(report, destination)
-    except OSError as exc:
-        print(f"warning: cannot write report {destination}: {exc.strerror}", file=sys.stderr)
-
-
-def _finish(options: Any, facts: dict[str, Any], results: list[CheckResult],
-            started: _dt.datetime, destination: Path | None) -> int:
-    report = build_report(results=results, started=started, finished=utc_now(),
-                          run={**facts, "complete": True, "checks_pending": []},
-                          allow_cpu=options.allow_cpu)
-    code = report["summary"]["exit_code"]
-    if options.history:
-        try:
-            append_history(options.history, history_record(report, report.get("system")))
-        except OSError as exc:
-            print(f"error: cannot append to history {options.history}: {exc.strerror}",
-                  file=sys.stderr)
-            code = 2
-    written = None
-    if destination is not None:
-        try:
-            written = write_report(report, destination)
-        except OSError as exc:
-            print(f"error: cannot write report {destination}: {exc.strerror}", file=sys.stderr)
-            code = 2
-    if options.events:
-        Progress(True, True).emit("report", report=report,
-                                  path=str(written) if written else None)
-    else:
-        print(format_table(report))
-        if written:
-            print(f"report: {written}")
-    return code
 
 
 __all__ = ["CHECK_NAMES", "main", "run_rank", "spawn", "verdict_line"]

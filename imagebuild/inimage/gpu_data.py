@@ -112,6 +112,18 @@ def _check_data(data: Any, path: Path) -> None:
     thresholds = data.get("thresholds", {})
     if "default" not in thresholds:
         raise UsageError(f"{path}: thresholds.default is missing")
+    models = {entry["model"] for entry in data["gpus"]}
+    for i, entry in enumerate(data.get("vendor_figures", [])):
+        missing = [k for k in ("gpus", "check", "figure", "kind", "value", "when", "by",
+                               "source") if k not in entry]
+        if missing:
+            raise UsageError(f"{path}: vendor_figures[{i}]: missing {', '.join(missing)}")
+        if entry["kind"] not in ("floor", "reference", "published"):
+            raise UsageError(f"{path}: vendor_figures[{i}].kind {entry['kind']!r}: expected "
+                             "floor, reference or published")
+        unknown = [g for g in entry["gpus"] if g not in models]
+        if unknown:
+            raise UsageError(f"{path}: vendor_figures[{i}]: unknown GPU {', '.join(unknown)}")
 
 
 def threshold_names(data: Mapping[str, Any]) -> list[str]:

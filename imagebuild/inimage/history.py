@@ -26,7 +26,8 @@ HISTORY_SCHEMA = "imagebuild-validate-history/1"
 
 #: The figures a history keeps: "<check>.<path>" into that check's figures.
 HISTORY_FIGURES = (
-    "gemm.tflops", "gemm.fraction_of_peak", "gemm.worst_shape_tflops", "hipblaslt.tflops",
+    "gemm.tflops", "gemm.fraction_of_peak", "gemm.worst_shape_tflops", "gemm.taf_tflops",
+    "hipblaslt.tflops",
     "attention.fwd_bwd_tflops", "attention.fwd_tflops", "attention.bwd_tflops",
     "collectives.busbw_gbps_at_largest.all_reduce",
     "collectives.busbw_gbps_at_largest.all_gather",

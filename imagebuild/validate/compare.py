@@ -120,6 +120,7 @@ KEY_FIGURES: tuple[KeyFigure, ...] = (
     KeyFigure("peak bf16", "TFLOP/s", lambda r: r.get("peak_bf16_tflops"), plot=False),
     KeyFigure("GEMM", "TFLOP/s", _figure("gemm", "tflops")),
     KeyFigure("GEMM of peak", "%", _percent("gemm", "fraction_of_peak")),
+    KeyFigure("GEMM TAF-style", "TFLOP/s", _figure("gemm", "taf_tflops")),
     KeyFigure("attention backend", "", _figure("attention", "default_backend"), plot=False),
     KeyFigure("attention fwd+bwd", "TFLOP/s", _figure("attention", "fwd_bwd_tflops")),
     KeyFigure("attention bwd/fwd time", "x", _figure("attention", "bwd_fwd_time_ratio")),

@@ -27,6 +27,12 @@ from imagebuild.errors import ValidateError
 from imagebuild.recipe.site_runtime import CPU_BIND, DISTRIBUTION, GPU_SELECTIONS, IFNAME
 from imagebuild.validate.invocation import LOADER_PREFIX_SCRIPT
 from imagebuild.validate.launch_apptainer import apptainer_gpu_flags
+from imagebuild.validate.sbatch_screen import (
+    SCREEN_SRUN,
+    SCREENED_SRUN,
+    screen_lines,
+    screened_tasks,
+)
 from imagebuild.validate.stage_checks import IMAGE_LIB, IMAGE_PACKAGE, stage
 
 if TYPE_CHECKING:
@@ -95,6 +101,11 @@ class SbatchSpec:
     #: Run ``imagebuild doctor`` in the image on every node first (GPU jobs in an image):
     #: the job stops there when a node does not fit the image.
     doctor: bool = True
+    #: Screen every node first (imagebuild screen's node part) and run the checks on
+    #: those that pass (sbatch_screen.py); the doctor's items are part of the screen.
+    screen: bool = False
+    #: Extra flags for the node screen (e.g. --memlock-min-gib 0).
+    screen_args: tuple[str, ...] = ()
 
     def tasks_per_node(self, gpus: str) -> int:
         if self.ntasks_per_node:
@@ -218,7 +229,11 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
         srun.append(f"--distribution={distribution}")
     if gpus != "none" and spec.gpu_select == "closest":
         srun.append("--gpu-bind=closest")
+    if spec.screen:
+        srun += [*SCREENED_SRUN, screened_tasks(tasks)]
     runner = [invocation.python, "-m", IMAGE_PACKAGE, *invocation.runner_args]
+    screen_runner = [invocation.python, "-m", IMAGE_PACKAGE, "screen", *spec.screen_args,
+                     *(["--cpu"] if gpus == "none" else [])]
     wrapped = ["bash", "-c", '"$rank_setup"', "imagebuild-rank"]
     before_command: list[str] = []
     doctor_runner = [invocation.python, "-m", IMAGE_PACKAGE, "doctor"]
@@ -233,6 +248,7 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
                       f"export LD_LIBRARY_PATH={shlex.quote(invocation.library_dir)}"
                       + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"]
         command = [*srun, *wrapped, *_quoted(runner)]
+        screen = [*SCREEN_SRUN, *_quoted(screen_runner)]
     elif target.kind == "sif":
         lines += ["# apptainer, or singularity where a site has only that.",
                   "runtime=$(command -v apptainer || command -v singularity || echo apptainer)",
@@ -256,6 +272,7 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
                               "# shellcheck disable=SC2016"]
         command = [*srun, *wrapped, *in_sif(runner)]
         doctor = [*DOCTOR_SRUN, *in_sif(doctor_runner)]
+        screen = [*SCREEN_SRUN, *in_sif(screen_runner)]
     elif spec.environment:
         if spec.mount_checks and checks_dir is not None:
             lines += ["# This checkout's checks; the EDF must mount the file system they are on.",
@@ -265,10 +282,13 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
         environment = f"--environment={shlex.quote(spec.environment)}"
         command = [*srun, environment, *wrapped, *_quoted(runner)]
         doctor = [*DOCTOR_SRUN, environment, *_quoted(doctor_runner)]
+        screen = [*SCREEN_SRUN, environment, *_quoted(screen_runner)]
     else:
         raise ValidateError(f"--launcher sbatch with image {target.ref}: name a Container Engine "
                             "environment (--environment NAME) or pass a .sif file")
-    if doctor and spec.doctor and gpus == "rocm":
+    if spec.screen:
+        lines += screen_lines(" ".join(screen), before_command)
+    elif doctor and spec.doctor and gpus == "rocm":
         lines += ["", *DOCTOR_WHY.splitlines(), *before_command, " ".join(doctor)]
     lines += ["", *before_command, " ".join(command) + ' --report "$report"']
     return "\n".join(lines) + "\n"

@@ -186,6 +186,19 @@ def test_train_loss_must_be_finite_and_falling() -> None:
     assert nan.status == FAILED and "rank(s) 1" in nan.reason
 
 
+def test_a_loss_curve_that_ends_lower_but_climbs_on_the_whole_fails() -> None:
+    """First 10, last 9.9, but 13 and 14 between: its least-squares slope is +0.08 per step
+    (AMD CVS's rule: the slope must be below 0); last-below-first alone would pass it."""
+    losses = [10.0, 13.0, 14.0, 14.0, 9.9]
+    result = train.evaluate(_train_figures(losses, 5762), [losses], 989.0, THRESHOLDS,
+                            gpu=True)
+    assert result.status == FAILED and "least-squares slope +0.08 per step" in result.reason
+    assert result.figures["loss_slope_per_step"] == pytest.approx(0.08)
+    falling = [12.0, 11.0, 11.5, 10.0]
+    good = train.evaluate(_train_figures(falling, 5762), [falling], 989.0, THRESHOLDS, gpu=True)
+    assert good.status == PASSED and good.figures["loss_slope_per_step"] < 0
+
+
 def test_train_torchtitan_level_passes_and_unknown_gpu_is_incomplete() -> None:
     good = train.evaluate(_train_figures([12.0, 10.0], 5762), [[12.0, 10.0]], 989.0, THRESHOLDS,
                           gpu=True)

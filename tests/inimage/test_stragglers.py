@@ -92,7 +92,8 @@ def test_without_a_slow_rank_the_cpu_gemm_passes(tmp_path: Path) -> None:
     assert gemm["status"] == "passed" and gemm["figures"]["stragglers"] == []
     assert all(r["tflops"] > 0 for r in gemm["figures"]["per_rank"])
     # what the figure was judged against, on the rank that gave its worst value
-    (judged,) = gemm["figures"]["judged_against"]
+    judged, taf = gemm["figures"]["judged_against"]
+    assert taf["figure"] == "gemm.taf_tflops" and taf["against"] == "nothing"
     assert judged["figure"] == "gemm.tflops" and judged["against"] == "nothing"
     assert judged["why"] == "CPU mode: no peak, no floor, no reference for this figure"
     assert judged["value"] == min(r["tflops"] for r in gemm["figures"]["per_rank"])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -24,24 +23,10 @@ from pathlib import Path
 import pytest
 
 from imagebuild.inimage.checks.devices import parse_cpulist
+from tests.support.slurm import cluster_up
 from tests.support.validate import assert_cpu_mode_report, check, run_imagebuild
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _cluster_up() -> str | None:
-    """None when a node answers in an up state, else why not."""
-    for tool in ("sbatch", "sinfo", "scontrol"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not on PATH (.ci/setup-system.sh installs SLURM)"
-    probe = subprocess.run(["sinfo", "--noheader", "--format=%t"], capture_output=True,
-                           text=True, timeout=30, check=False)
-    if probe.returncode != 0:
-        return f"sinfo failed: {probe.stderr.strip() or probe.returncode}"
-    states = probe.stdout.split()
-    if not any(s in ("idle", "mix", "alloc") for s in states):  # "idle*": not responding
-        return f"no SLURM node is up (states: {', '.join(states) or 'none'})"
-    return None
 
 
 SITE = """\
@@ -60,7 +45,7 @@ container:
 
 
 def test_sbatch_job_runs_the_cpu_suite_on_two_bound_ranks(tmp_path: Path) -> None:
-    why = _cluster_up()
+    why = cluster_up()
     if why:
         pytest.skip(why)
     (tmp_path / "sites").mkdir()
@@ -115,3 +100,63 @@ def test_sbatch_job_runs_the_cpu_suite_on_two_bound_ranks(tmp_path: Path) -> Non
         assert all(len(a) < node_cpus for a in affinities)
     # srun's own account of the binding (--cpu-bind=verbose) in the job's output.
     assert log.count("cpu-bind=MASK") == 2, log
+
+
+def _screened_job(tmp_path: Path, screen_args: str, env: dict[str, str] | None = None
+                  ) -> tuple[subprocess.CompletedProcess[str], str, Path]:
+    report_path = tmp_path / "report.json"
+    generated = run_imagebuild(
+        "validate", "--local", "--launcher", "sbatch", "--gpus", "none", "--nodes", "1",
+        "--socket-ifname", "lo", "--time", "00:10:00", "--allow-cpu", "--checks",
+        "environment,collectives", "--screen", "--screen-args", screen_args,
+        "--report", str(report_path), cwd=tmp_path)
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    [script] = tmp_path.glob("imagebuild-validate-*.sbatch")
+    lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True,
+                          check=False)
+    assert lint.returncode == 0, lint.stdout
+    job = subprocess.run(["sbatch", "--wait", "--parsable", script.name], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600, check=False,
+                         env={**os.environ, **(env or {})})
+    job_id = job.stdout.strip().split(";")[0]
+    output = tmp_path / f"imagebuild-validate-{job_id}.out"
+    return job, output.read_text() if output.exists() else "(no job output)", report_path
+
+
+def test_a_screened_job_runs_the_checks_on_the_nodes_that_pass(tmp_path: Path) -> None:
+    why = cluster_up()
+    if why:
+        pytest.skip(why)
+    job, log, report_path = _screened_job(tmp_path, "--memlock-min-gib 0")
+    assert job.returncode == 0, log
+    assert "imagebuild screen: 1 node(s) passed" in log
+    report = json.loads(report_path.read_text())
+    assert report["summary"]["exit_code"] == 0 and report["world_size"] == 2
+    assert report["screen"]["excluded"] == [] and len(report["screen"]["passed"]) == 1
+
+
+def test_a_job_whose_nodes_all_fail_the_screen_ends_before_the_checks(tmp_path: Path) -> None:
+    """This node's real 8 MiB locked-memory limit fails the default floor; a node tree with
+    a GPU error in its kernel log fails it too: excluded, named, no checks run."""
+    why = cluster_up()
+    if why:
+        pytest.skip(why)
+    from tests.support.screen_trees import healthy, plant
+
+    job, log, report_path = _screened_job(tmp_path, "")
+    assert job.returncode != 0 and "imagebuild screen: no node passed" in log, log
+    [verdict] = (tmp_path / "report.screen").glob("*.json")
+    assert json.loads(verdict.read_text())["reasons"][0].startswith("memlock:")
+    assert (tmp_path / "report.screen/exclude").read_text().strip() == verdict.stem
+    assert not report_path.exists()
+
+    root = healthy(tmp_path / "tree")
+    plant(root, "kernel-log")
+    for old in tmp_path.glob("imagebuild-validate-*"):
+        if old.is_file():
+            old.unlink()
+    job, log, _ = _screened_job(tmp_path, "--memlock-min-gib 0",
+                                env={"IMAGEBUILD_NODE_ROOT": str(root)})
+    assert job.returncode != 0, log
+    [verdict] = (tmp_path / "report.screen").glob("*.json")
+    assert json.loads(verdict.read_text())["reasons"][0].startswith("kernel-log: 1 GPU error")

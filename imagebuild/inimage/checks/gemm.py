@@ -37,6 +37,7 @@ from ..result import (
     passed,
     skipped,
 )
+from ..taf import summary as taf_summary
 from ..test_hooks import hook_figures, slow_rank_delay
 from ..timing import calibrated_time
 
@@ -131,11 +132,12 @@ def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
     total_time = sum(s["seconds"] * s.get("count", 1) for s in per_shape)
     aggregate = total_flops / total_time / 1e12
     worst = min(per_shape, key=lambda s: s["tflops"])
+    taf = taf_summary(per_shape)
     figures: dict[str, Any] = {
         "shapes": [{k: v for k, v in s.items() if k != "flops"} for s in per_shape],
         "tflops": round(aggregate, 2), "worst_shape": worst["shape"],
         "worst_shape_tflops": round(worst["tflops"], 2), "peak_tflops": peak,
-        "problems_from": origin,
+        "problems_from": origin, **taf,
     }
     if peak is None:
         return skipped(NAME, INCOMPLETE,
@@ -153,7 +155,9 @@ def evaluate(per_shape: list[dict[str, Any]], peak: float | None,
                       f"{worst['tflops']:.1f} TFLOP/s"),
     ) if p]
     ok = (f"{aggregate:.1f} TFLOP/s = {fraction:.0%} of {peak:g} peak over {len(per_shape)} "
-          f"{origin}; worst {worst['shape']} {worst['tflops']:.1f}")
+          f"{origin}; worst {worst['shape']} {worst['tflops']:.1f}; TAF-style "
+          f"{taf['taf_tflops']} over {taf['taf_shapes']} shapes, best shape "
+          f"{taf['best_shape']} {taf['best_shape_tflops']}")
     return judge(NAME, problems, ok, figures)
 
 
@@ -201,9 +205,12 @@ def run_on_cpu(ctx: Context) -> CheckResult:
     total_flops = sum(s["flops"] * s["count"] for s in per_shape)
     total_time = sum(s["seconds"] * s["count"] for s in per_shape)
     tflops = total_flops / total_time / 1e12
+    taf = taf_summary(per_shape)
     figures = {"shapes": [{k: v for k, v in s.items() if k != "flops"} for s in per_shape],
-               "tflops": round(tflops, 4), "dtype": "float32", "peak_tflops": None,
+               "tflops": round(tflops, 4), "dtype": "float32", "peak_tflops": None, **taf,
                "problems_from": "the CPU proxy model's training GEMMs (seq 256)",
                "last_level_cache_bytes": CPU_LLC_BYTES, **hook_figures(delay)}
     return passed(NAME, f"CPU proxy: {tflops * 1e3:.1f} GFLOP/s float32 over {len(problems)} "
-                  "GEMMs of the CPU proxy model (no threshold on CPU)", figures)
+                  f"GEMMs of the CPU proxy model (no threshold on CPU); TAF-style "
+                  f"{(taf['taf_tflops'] or 0) * 1e3:.1f} GFLOP/s, best shape "
+                  f"{taf['best_shape']}", figures)

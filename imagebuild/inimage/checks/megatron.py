@@ -31,9 +31,10 @@ from typing import Any
 import torch
 
 from ..check_context import Context
-from ..check_runner import package_root
 from ..job_rank import free_port
+from ..log_signatures import errors, scan
 from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE, LlamaConfig
+from ..model.loss_curve import falls
 from ..model.megatron_run import (
     MEGATRON_ENV,
     Architecture,
@@ -44,6 +45,7 @@ from ..model.megatron_run import (
     parse_training_log,
     pretrain_arguments,
 )
+from ..package_path import package_root
 from ..result import (
     NOT_APPLICABLE,
     CheckResult,
@@ -205,7 +207,8 @@ def launch(ctx: Context, directory: Path, arguments: list[str]) -> list[dict[str
             code = None
     text = log_path.read_text(encoding="utf-8", errors="replace")
     mine = {"rank": ctx.rank, "code": code, "log": parse_training_log(text).to_dict(),
-            "tail": _tail(text), "path": str(log_path)}
+            "tail": _tail(text), "path": str(log_path),
+            "signatures": scan(text.splitlines())}
     return ctx.all_gather_object(mine, tag="megatron-logs")
 
 
@@ -214,14 +217,19 @@ def judge_run(ctx: Context, run: MegatronRun, plan: dict[str, Any],
     setup = {**run.to_dict(), "arguments": pretrain_arguments(run), "train_plan": plan,
              "workload": "full" if run.model.layers == LLAMA_3_1_8B.n_layers else "proxy",
              "logs": [r["path"] for r in everyone]}
+    signatures = {str(r["rank"]): r.get("signatures") or {} for r in everyone}
+    named = [f"rank {rank}: {line}" for rank, found in signatures.items()
+             for line in errors(found)]
     broken = [r for r in everyone if r["code"] != 0]
     if broken:
         first = broken[0]
         what = (f"timed out after {ctx.options.megatron_timeout} s" if first["code"] is None
                 else f"exited {first['code']}")
+        why = f"; its log says {named[0]}" if named else ""
         return failed(NAME, f"Megatron rank {first['rank']} {what} "
-                      f"({len(broken)} of {len(everyone)} ranks failed); its log: "
-                      f"{first['path']}", {"configuration": setup}, details=tuple(first["tail"]))
+                      f"({len(broken)} of {len(everyone)} ranks failed){why}; its log: "
+                      f"{first['path']}", {"configuration": setup, "log_signatures": signatures},
+                      details=tuple(first["tail"]))
     logs = [r["log"] for r in everyone]
     iterations = max((log["iterations"] for log in logs), key=len)
     exited = next((log["exited_at"] for log in logs if log["exited_at"] is not None), None)
@@ -230,8 +238,13 @@ def judge_run(ctx: Context, run: MegatronRun, plan: dict[str, Any],
     except ValueError as exc:
         return failed(NAME, f"{exc} (log: {everyone[-1]['path']})", {"configuration": setup},
                       details=tuple(everyone[-1]["tail"]))
-    figures.update(configuration=setup, workload=setup["workload"], precision=run.precision)
-    return evaluate(figures, run, ctx)
+    figures.update(configuration=setup, workload=setup["workload"], precision=run.precision,
+                   log_signatures=signatures)
+    result = evaluate(figures, run, ctx)
+    if named:  # a run that finished but logged a failure class (CVS fails those too)
+        return failed(NAME, f"the logs name failures: {'; '.join(named[:3])} (measured: "
+                      f"{result.reason})"[:900], result.figures, result.details)
+    return result
 
 
 def evaluate(figures: dict[str, Any], run: MegatronRun, ctx: Context) -> CheckResult:
@@ -241,10 +254,15 @@ def evaluate(figures: dict[str, Any], run: MegatronRun, ctx: Context) -> CheckRe
                         "did not finish the iterations it was given (the ReFrame check's "
                         "sanity test fails the same way)")
     first, last = figures["loss_first"], figures["loss_last"]
+    losses = figures.get("losses") or [v for v in (first, last) if v is not None]
+    fell, fit = falls(losses)
+    figures["loss_slope_per_step"] = round(fit, 6) if fit is not None else None
     if first is None or last is None:
         problems.append("Megatron printed no 'lm loss'")
-    elif not last < first:
-        problems.append(f"lm loss did not fall ({first:.4f} -> {last:.4f})")
+    elif not fell:
+        problems.append(f"lm loss did not fall ({first:.4f} -> {last:.4f}, least-squares "
+                        f"slope {fit if fit is not None else float('nan'):+.4g} per "
+                        "iteration)")
     tflops = figures["tflops_per_gpu"]
     if tflops is None:
         problems.append("Megatron printed no 'throughput per GPU (TFLOP/s/GPU)' (--log-throughput)")

@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from ..check_context import Context
 from ..image_manifest import section
+from ..log_signatures import errors, scan
 from ..result import INCOMPLETE, NO_GPU, NOT_APPLICABLE, CheckResult, failed, judge, skipped
 from .nccl_log import NcclLogSummary, failure_cause, parse
 
@@ -134,6 +135,9 @@ def run(ctx: Context) -> CheckResult:
     text, files = read_nccl_log(ctx.nccl_log_pattern)
     summary = parse(text)
     figures.update(summary.to_dict())
+    found, named = signature_findings(text)
+    figures.update(found)
+    problems += named
     figures["log_files"] = files
     figures["nodes"] = ctx.nodes
     provider = figures["expected_provider"]
@@ -158,6 +162,15 @@ def run(ctx: Context) -> CheckResult:
     return judge(NAME, problems,
                  f"network {summary.network!r}{plugin}{provider}; GPU-direct RDMA {gdr}; "
                  f"transports {transports} ({scope})", figures)
+
+
+def signature_findings(text: str) -> tuple[dict[str, Any], list[str]]:
+    """The log's failure classes (log_signatures.py) as figures, and one problem per
+    error class; CSCS's ReFrame xccl check requires the cxi provider line on Slingshot,
+    reported here beside the provider judge_log compares."""
+    signatures = scan(text.splitlines())
+    return ({"log_signatures": signatures, "cscs_sanity_line": "cxi_provider" in signatures},
+            [f"the NCCL log names a failure: {line}" for line in errors(signatures)])
 
 
 #: libfabric providers that carry the plugin over the kernel's sockets, not RDMA

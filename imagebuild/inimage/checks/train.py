@@ -34,6 +34,7 @@ from torch import nn
 
 from ..check_context import Context
 from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE, Llama, LlamaConfig
+from ..model.loss_curve import falls
 from ..model.step_plan import GIB, TrainPlan, checkpointed_blocks, plan_training
 from ..model.train_figures import configuration, figures_of, out_of_memory_reason
 from ..result import INCOMPLETE, CheckResult, below_minimum, failed, judge, merge_global, skipped
@@ -239,9 +240,12 @@ def evaluate(figures: dict[str, Any], rank_losses: list[list[float]], peak: floa
     if bad:
         problems.append(f"loss is not finite on rank(s) {', '.join(map(str, bad[:8]))}")
     first, last = figures["loss_first"], figures["loss_last"]
-    if not bad and not last < first:
+    fell, fit = falls(figures["losses"])
+    figures["loss_slope_per_step"] = round(fit, 6) if fit is not None else None
+    if not bad and not fell:
         problems.append(f"loss did not fall over {len(figures['losses'])} steps on a repeated "
-                        f"batch ({first:.4f} -> {last:.4f})")
+                        f"batch ({first:.4f} -> {last:.4f}, least-squares slope "
+                        f"{fit if fit is not None else float('nan'):+.4g} per step)")
     if not figures["tokens_per_s_per_gpu"] > 0:
         problems.append("no tokens processed")
     proxy = figures.get("workload") == "proxy"

@@ -52,7 +52,14 @@ from ..tuning.bundle_format import (
     tuning_env,
 )
 from ..tuning.problems import GemmProblem, ProblemError
-from ..tuning.verify import Measurement, ProblemComparison, git_version_mismatch, judge, table
+from ..tuning.verify import (
+    Measurement,
+    ProblemComparison,
+    git_version_mismatch,
+    judge,
+    table,
+    taf_figures,
+)
 
 NAME = "tuning"
 #: This module, run in a child process to measure with a bundle's variables set.
@@ -102,7 +109,7 @@ def bundle_figures(directory: Path, bundle: Bundle, target: Target) -> dict[str,
 def child_env(bundle: Bundle | None, directory: Path) -> dict[str, str]:
     """This process's environment without any tuning variable, plus the bundle's when
     given; the checks importable."""
-    from ..check_runner import package_root
+    from ..package_path import package_root
 
     env = {k: v for k, v in os.environ.items() if k not in TUNING_VARIABLES}
     env.pop("PYTORCH_TUNABLEOP_RECORD_UNTUNED", None)
@@ -226,6 +233,7 @@ def evaluate(directory: Path, manifest: dict[str, Any] | None, device_index: int
     figures.update(extra)
     figures["per_problem"] = problem_figures(rows, extra.get("tunableop"))
     figures["speedup_geomean"] = round(geomean([r.speedup for r in rows]) or 0.0, 4)
+    figures.update(taf_figures(rows))
     figures["kernels_changed"] = sum(1 for r in rows if r.kernel_changed)
     figures["in_effect"] = verdict.ok
     figures["reasons"] = list(verdict.reasons)

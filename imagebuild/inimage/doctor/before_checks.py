@@ -14,6 +14,7 @@ a variable, not a flag, so that images built before this step still run).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from collections.abc import Mapping
@@ -35,6 +36,12 @@ MANIFEST_ENV = "IMAGEBUILD_MANIFEST"
 #: Set by host ``imagebuild validate`` where it ran the doctor itself, or declined it.
 DOCTOR_DONE_ENV = "IMAGEBUILD_DOCTOR_DONE"
 DEFAULT_MANIFEST = "opt/imagebuild/manifest.json"
+
+
+def node_root(environ: Mapping[str, str] | None = None) -> Path:
+    """Where this node's /sys, /proc and /dev are read: $IMAGEBUILD_NODE_ROOT, else /."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(NODE_ROOT_ENV) or "/")
 
 
 def in_image_settings(root: Path, env: Mapping[str, str]) -> DoctorSettings:
@@ -71,7 +78,7 @@ def why_not(options: Any, environ: Mapping[str, str], node: Node) -> str | None:
 
 
 def preflight(options: Any, environ: Mapping[str, str]) -> Preflight:
-    root = Path(environ.get(NODE_ROOT_ENV) or "/")
+    root = node_root(environ)
     reason = why_not(options, environ, Node(root))
     if reason:
         return Preflight((), None, reason)

@@ -239,5 +239,6 @@ def figures_of(log: TrainingLog, run: MegatronRun, warmup: int) -> dict[str, Any
                                  if median else None),
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
+        "losses": losses,
         "exited_at_iteration": log.exited_at,
     }

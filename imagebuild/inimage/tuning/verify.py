@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..taf import DEFINITION, taf
 from .problems import GemmProblem
 
 _IGNORED = (
@@ -149,13 +150,41 @@ def judge(rows: list[ProblemComparison], output: str = "",
     return Verdict(not reasons, tuple(reasons), tuple(rows))
 
 
+def taf_figures(rows: Sequence[ProblemComparison]) -> dict[str, object]:
+    """The bundle's problems as one TAF-style figure each side (taf.py: FLOP-weighted
+    harmonic mean, each problem once), and the best problem each side."""
+    if not rows:
+        return {"taf_definition": DEFINITION}
+    before = taf((r.problem.flops, r.tflops_before) for r in rows)
+    after = taf((r.problem.flops, r.tflops_after) for r in rows)
+    best_before = max(rows, key=lambda r: r.tflops_before)
+    best_after = max(rows, key=lambda r: r.tflops_after)
+    return {"taf_tflops_before": round(before, 4) if before else None,
+            "taf_tflops_after": round(after, 4) if after else None,
+            "taf_problems": len(rows),
+            "best_problem_before": {"problem": best_before.problem.label(),
+                                    "tflops": round(best_before.tflops_before, 4)},
+            "best_problem_after": {"problem": best_after.problem.label(),
+                                   "tflops": round(best_after.tflops_after, 4)},
+            "taf_definition": DEFINITION}
+
+
 def table(verdict: Verdict) -> list[str]:
-    """Human lines: one per problem with TFLOP/s without and with the tuning."""
+    """Human lines: one per problem with TFLOP/s without and with the tuning, then the
+    TAF-style figure of all of them without and with it."""
     lines = [f"{'problem':44} {'TFLOP/s before':>15} {'after':>8} {'speed-up':>9} kernel"]
     for r in verdict.rows:
         kernel = {None: "?", True: "changed", False: "same"}[r.kernel_changed]
         lines.append(f"{r.problem.label():44} {r.tflops_before:15.1f} {r.tflops_after:8.1f} "
                      f"{r.speedup:8.2f}x {kernel}" + ("  SLOWER" if r.slower else ""))
+    summary = taf_figures(verdict.rows)
+    if summary.get("taf_tflops_before") and summary.get("taf_tflops_after"):
+        best = summary["best_problem_after"]
+        assert isinstance(best, dict)
+        lines.append(f"TAF-style over {summary['taf_problems']} problems: "
+                     f"{summary['taf_tflops_before']:.1f} -> {summary['taf_tflops_after']:.1f} "
+                     f"TFLOP/s (FLOP-weighted harmonic mean; best problem with the tuning "
+                     f"{best['tflops']:.1f})")
     lines.append("tuning in effect" if verdict.ok else "tuning NOT in effect: "
                  + "; ".join(verdict.reasons))
     return lines

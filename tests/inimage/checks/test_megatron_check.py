@@ -114,3 +114,39 @@ def test_a_directory_without_pretrain_gpt_fails(make_context: Callable[..., Cont
                                                 tmp_path: Path) -> None:
     result = megatron.run(make_context("--megatron-dir", str(tmp_path)))
     assert result.status == "failed" and "pretrain_gpt.py" in result.reason
+
+
+def test_a_crash_names_the_failure_class_its_log_shows(
+        make_context: Callable[..., Context], megatron_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in prints a real HIP OOM line (kyuz0/amd-strix-halo-image-video-toolboxes#3)
+    before it crashes: the reason names the class and the line."""
+    (megatron_dir / "pretrain_gpt.py").write_text(STAND_IN.replace(
+        "sys.exit(", "print(os.environ.get('EXTRA', ''), flush=True)\nsys.exit("))
+    monkeypatch.setenv("EXTRA", "torch.OutOfMemoryError: HIP out of memory. Tried to "
+                       "allocate 3.31 GiB. GPU 0 has a total capacity of 128.00 GiB")
+    result, _ = _run(make_context("--megatron-warmup", "1"), megatron_dir, monkeypatch,
+                     losses="11,10.5,10,9.5,9", code=1)
+    assert result.status == "failed"
+    assert "its log says rank 0: oom x1: torch.OutOfMemoryError: HIP out of memory" \
+        in result.reason
+    assert result.figures["log_signatures"]["0"]["oom"]["count"] == 1
+
+
+def test_a_finished_run_whose_log_names_an_nccl_error_fails(
+        make_context: Callable[..., Context], megatron_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (megatron_dir / "pretrain_gpt.py").write_text(STAND_IN.replace(
+        "sys.exit(", "print(os.environ.get('EXTRA', ''), flush=True)\nsys.exit("))
+    monkeypatch.setenv("EXTRA", "host:1:2 [0] NCCL WARN Bootstrap Root : rank 1 of 8 ranks "
+                       "has already checked in")
+    result, _ = _run(make_context("--megatron-warmup", "1"), megatron_dir, monkeypatch,
+                     losses="11,10.5,10,9.5,9")
+    assert result.status == "passed", result.reason  # a warning is reported, not failed
+    assert result.figures["log_signatures"]["0"]["nccl_warning"]["count"] == 1
+    monkeypatch.setenv("EXTRA", "ncclSystemError: System call (e.g. socket, malloc) or "
+                       "external library call failed or device error.")
+    result, _ = _run(make_context("--megatron-warmup", "1"), megatron_dir, monkeypatch,
+                     losses="11,10.5,10,9.5,9")
+    assert result.status == "failed" and "the logs name failures: rank 0: nccl_error" \
+        in result.reason
