@@ -70,11 +70,11 @@ def test_the_te_trace_gives_tes_gemms_and_megatrons_output_layer():
                           (HIDDEN, VOCAB, TOKENS)}
 
 
-def test_the_trace_becomes_find_exacts_configs(tmp_path, capsys):
-    problems = tmp_path / "problems.csv"
-    assert run(["shapes", "--trace", str(TRACE), "--out", str(problems)]) == 0
-    assert run(["gemm", str(problems), "--find-exact", "--write-only", "--rotating-mb",
-                "512", "--out", str(tmp_path / "bundle")]) == 0
+def test_the_trace_becomes_find_exacts_configs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run(["shapes", "--trace", str(TRACE), "--out", "problems.csv"]) == 0
+    assert run(["gemm", "problems.csv", "--find-exact", "--write-only", "--rotating-mb",
+                "512", "--out", "bundle"]) == 0
     out = capsys.readouterr().out
     configs = {p.stem: yaml.safe_load(p.read_text())
                for p in (tmp_path / "bundle" / "find_exact").glob("*.yaml")}
@@ -96,6 +96,11 @@ def test_the_trace_becomes_find_exacts_configs(tmp_path, capsys):
     assert (wgrad["DataTypeA"], wgrad["DataTypeC"], wgrad["DataTypeD"]) == ("h", "s", "s")
     assert all(c.get("CreateLogic") == {} for c in configs.values())
     assert "run: python3 /opt/hipblaslt/tuning/utilities/find_exact.py" in out
+    # docs/tune.md shows this config as written
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tune.md").read_text()
+    shown = doc.split("```\n# find_exact.py config written by", 1)[1].split("```", 1)[0]
+    written = (tmp_path / "bundle" / "find_exact" / "TN_hhhh_s.yaml").read_text()
+    assert "# find_exact.py config written by" + shown == written
 
 
 def test_a_bf16_step_writes_bf16_configs(tmp_path):
