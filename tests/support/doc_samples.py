@@ -74,9 +74,11 @@ def sample(document: str, starting: str) -> Sample:
 
 
 def run_sample(found: Sample, trees: Path, env: dict[str, str] | None = None,
-               cwd: Path | None = None) -> list[str]:
-    """Run the sample's commands; ``.../NAME`` is ``trees/NAME``. Returns what they printed
-    (stdout then stderr of each), with ``trees`` written back as ``...``."""
+               cwd: Path | None = None, replace: dict[str, str] | None = None) -> list[str]:
+    """Run the sample's commands (``imagebuild`` and ``python`` are this checkout's);
+    ``.../NAME`` is ``trees/NAME``. Returns what they printed (stdout and stderr as they came, unbuffered),
+    with ``trees`` written back as ``...`` and each ``replace`` key as its value (this
+    machine's name as the sample's)."""
     variables = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     printed: list[str] = []
     for command in found.commands:
@@ -91,11 +93,17 @@ def run_sample(found: Sample, trees: Path, env: dict[str, str] | None = None,
             continue
         words = [re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), w)
                  for w in words]
-        assert words[0] == "imagebuild", f"{found.document}:{found.line}: {command}"
-        done = subprocess.run([sys.executable, "-m", "imagebuild", *words[1:]],
-                              cwd=cwd or REPO, env={**variables, **assignments},
-                              capture_output=True, text=True, timeout=300, check=False)
-        printed += (done.stdout + done.stderr).replace(str(trees), "...").splitlines()
+        program = {"imagebuild": [sys.executable, "-m", "imagebuild"],
+                   "python": [sys.executable]}.get(words[0])
+        assert program, f"{found.document}:{found.line}: {command}"
+        done = subprocess.run([*program, *words[1:]], cwd=cwd or REPO,
+                              env={**variables, **assignments, "PYTHONUNBUFFERED": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=300, check=False)
+        text = done.stdout.replace(str(trees), "...")
+        for real, shown in (replace or {}).items():
+            text = text.replace(real, shown)
+        printed += text.splitlines()
     return printed
 
 
