@@ -10,7 +10,7 @@
 # checkout's commit, the variables below), host.txt (GPU, driver, Python, torch), every
 # step's log, exit code and wall time (steps.tsv), the reports as JSON (megatron.json,
 # validate.json, verify.json), the tuning problems and bundle, the references the checks
-# were judged against (REFERENCES, copied in) and history.jsonl, to which every validate run
+# were judged against (REFERENCES, copied in as references.json) and history.jsonl, to which every validate run
 # on that device appends (imagebuild report --history benchmarks/results/<device>/
 # history.jsonl shows the figures over time). The docs quote GPU figures only from these
 # files: a figure with no committed file behind it is not quoted anywhere.
@@ -25,7 +25,8 @@
 #                   not fit one GPU; the report says "PROXY" with the shape)
 #   TUNE_TOP        GEMM problems to tune, most time first (default 4)
 #   STEPS           which of megatron, validate, tune to run (default all three)
-#   REFERENCES      a references file (docs/validate.md) to judge validate's figures by
+#   REFERENCES      a references file in JSON (docs/validate.md; the in-image runner reads
+#                   JSON) to judge the figures by
 #
 # Figures are for the configuration each report prints; a reduced run says it is a proxy.
 # No report of a run is committed yet: the next GPU run writes the first.
@@ -75,13 +76,14 @@ step() {  # step NAME LIMIT_S CMD...: run CMD under a time limit, log to OUT_DIR
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>/dev/null \
         || rocm-smi --showproductname 2>/dev/null
     "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
-"cuda", torch.version.cuda, "hip", torch.version.hip, "device", torch.cuda.get_device_name(0))'
+"cuda", torch.version.cuda, "hip", torch.version.hip, "device",
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'
 } 2>&1 | tee "$OUT_DIR/host.txt"
 
 judged=()
 if [[ -n ${REFERENCES:-} ]]; then
-    cp "$REFERENCES" "$OUT_DIR/references.yaml"
-    judged=(--references "$OUT_DIR/references.yaml")
+    cp "$REFERENCES" "$OUT_DIR/references.json"
+    judged=(--references "$OUT_DIR/references.json")
 fi
 
 if [[ $STEPS == *" megatron "* && -n ${MEGATRON_DIR:-} ]]; then
