@@ -13,8 +13,10 @@ legend, so the file must be written in the layout of the TE build that loads it:
   scaling mode to GEMM algo cache key", merged into dev 2025-09-18) and read by the release
   branches cut after it, from release_v2.4_rocm (pull request 334, 2025-10-08).
 
-The boundary is inferred from those dates (no 2.3 ROCm release was found); a TE version the
-table does not cover is refused rather than guessed (``--te-layout`` names it then).
+The 2.4 boundary is inferred from those dates (no 2.3 ROCm release was found). The storage
+is not in the release branches cut before it merged (ifu_release_v1.9 and ifu_release_v1.11
+have no TE_HIPBLASLT_ALGO_LOAD), so a TE before 1.12 is refused: it has no file to load.
+``--te-layout`` names the layout where the table is wrong for a build.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from imagebuild.inimage.options import DEFAULT_MANIFEST, MANIFEST_ENV
 
 #: The first TE release whose reader has the fp8_scale column.
 FP8_SCALE_SINCE = Version("2.4")
-#: The oldest TE release with the storage (ROCm's TE 1.x line took it in late 2024).
-STORAGE_SINCE = Version("1.9")
+#: The first TE release line after the storage merged (dev, 2024-10-25); the 1.9 and 1.11
+#: release branches do not have it.
+STORAGE_SINCE = Version("1.12")
 LAYOUTS = ("2024", "2025")
 
 
