@@ -34,6 +34,9 @@ RUN_BY = {
         "tests/docs/test_samples.py::test_the_xnack_doctor_sample",
     ("docs/validate.md", "$ imagebuild doctor --root .../two-amd-smi-mi300x"):
         "tests/docs/test_samples.py::test_the_in_image_doctor_sample",
+    ("docs/validate.md", "$ imagebuild screen --cpu"):
+        "tests/validate/test_screen_slurm.py::"
+        "test_the_real_node_passes_and_fails_on_its_real_memlock",
     ("docs/validate.md", ("$ python -m imagebuild.inimage --cpu --allow-cpu --no-doctor "
                          "--checks rccl_tests --report -")):
         "tests/docs/test_samples.py::test_the_rccl_tests_skip_outside_an_image",
