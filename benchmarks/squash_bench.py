@@ -39,6 +39,12 @@ where this runs as root with loop devices, the image mounted by the kernel after
 the page cache: every file read (``tar -c``), and ``python -c 'import torch'`` in a chroot
 (an image with /opt/venv, as the demo's: the read pattern of a job's start).
 
+Every run writes its record (bench_record.py): the figures, the machine (CPU model, cores,
+load average before and after, memory), the tools' versions and the command, to
+benchmarks/results/squash/comparison.{json,txt} (``--table``: compression-table.{json,txt};
+``--record PATH`` elsewhere). Commit them: docs/runtimes.md quotes them. Run it on a quiet
+machine: the ratio follows the load and enroot's disk path.
+
 Usage: python benchmarks/squash_bench.py [--images demo,libs] [--repeat 3] [--workdir DIR]
        python benchmarks/squash_bench.py --table [--images libs] [--grid zstd:1,zstd:3/1M]
 """
@@ -52,110 +58,25 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench_images import DOCKER, MAKERS, ROOT, content_of, docker_source
+from bench_record import RESULTS, Recording
+from squash_table import DEFAULT_GRID, table
 
-from imagebuild.convert.sources import ImageSource
-from imagebuild.convert.squashfs import (
-    Compression,
-    find_squash_tool,
-    parse_size,
-    squash_image,
-)
+from imagebuild.convert.squashfs import find_squash_tool, squash_image
 from imagebuild.convert.timings import children_cpu
-from imagebuild.engine.select import open_engine
 
-LIBS_IMAGE = "imagebuild-bench/torch:latest"
-DEFAULT_GRID = "zstd:1,zstd:2,zstd:3,zstd:5,zstd:9,zstd:3/256K,zstd:3/1M,lz4,gzip:6"
-DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
-
-
-# --- images -----------------------------------------------------------------------------------
-
-def docker_source(image: str) -> ImageSource:
-    """``image`` in the Docker engine, read as ``imagebuild squash --backend docker`` reads it."""
-    return open_engine("docker", for_build=False).image_source(image)
-
-
-def image_exists(ref: str) -> bool:
-    return subprocess.run([DOCKER, "image", "inspect", ref], capture_output=True,
-                          check=False).returncode == 0
-
-
-def make_libs_image(work: Path) -> str:
-    """Debian minbase (the test base's cached debootstrap) + the CPU torch wheel unpacked in
-    site-packages, imported as one layer."""
-    if image_exists(LIBS_IMAGE):
-        return LIBS_IMAGE
-    from testbed.base_images import base_rootfs_tarball
-    from testbed.cpu_recipe import torch_wheel
-
-    wheel = next(Path("/opt/wheels").glob("torch-*cp311*.whl"), None) or torch_wheel()
-    print(f"making {LIBS_IMAGE}: Debian minbase + {wheel.name} ...", flush=True)
-    rootfs = work / "libs-rootfs"
-    rootfs.mkdir()
-    subprocess.run(["tar", "-C", str(rootfs), "-xpf", str(base_rootfs_tarball())], check=True)
-    site = rootfs / "usr/local/lib/python3.11/dist-packages"
-    site.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."],
-                           stdout=subprocess.PIPE)
-    subprocess.run([DOCKER, "import", "-c", ("ENV PATH=/usr/local/sbin:/usr/local/bin:"
-                    "/usr/sbin:/usr/bin:/sbin:/bin"), "-c", "WORKDIR /workspace",
-                    "-c", 'CMD ["/bin/bash"]', "-", LIBS_IMAGE],
-                   stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
-    tar.wait()
-    shutil.rmtree(rootfs, ignore_errors=True)
-    return LIBS_IMAGE
-
-
-def make_demo_image(work: Path) -> str:
-    """The demo recipe locked and built as scripts/demo does (without squash/validate)."""
-    from testbed.cpu_recipe import DEMO_IMAGE, DEMO_RECIPE, demo_project
-
-    if image_exists(DEMO_IMAGE):
-        return DEMO_IMAGE
-    from imagebuild.cli import main
-    from testbed.wheel_index import IndexServer
-
-    print(f"making {DEMO_IMAGE}: lock and build the demo recipe ...", flush=True)
-    project = work / "demo-project"
-    index = demo_project(project)
-    saved = dict(os.environ)
-    os.environ["IMAGEBUILD_PROJECT"] = str(project)
-    if Path("/etc/ssl/certs/ca-certificates.crt").is_file():
-        os.environ.setdefault("IMAGEBUILD_SITE_CA", "/etc/ssl/certs/ca-certificates.crt")
-    try:
-        with IndexServer(index) as server:
-            for argv in (["lock", DEMO_RECIPE, "--index-url", server.url_for("cpu/")],
-                         ["build", DEMO_RECIPE]):
-                if main(argv) != 0:
-                    raise SystemExit(f"imagebuild {' '.join(argv)} failed")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return DEMO_IMAGE
-
-
-def content_of(image: str) -> tuple[int, int]:
-    """(file bytes, members) of the image's filesystem."""
-    size = members = 0
-    with docker_source(image).rootfs_tar() as stream, \
-            tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
-            members += 1
-            size += member.size if member.isreg() else 0
-    return size, members
+#: Where a run's record goes (``--record``): committed, so the docs' figures trace to it.
+RECORD = RESULTS / "squash" / "comparison"
+TABLE_RECORD = RESULTS / "squash" / "compression-table"
+TOOLS = ("tar2sqfs", "mksquashfs", "sqfs2tar", "tar", "docker")
 
 
 # --- methods ----------------------------------------------------------------------------------
@@ -329,7 +250,9 @@ class Result:
         return ordered[(len(ordered) - 1) // 2]
 
 
-def compare(image: str, work: Path, methods: list[str], rounds: int) -> dict[str, Result]:
+def compare(image: str, work: Path, methods: list[str], rounds: int) -> dict[str, Any]:
+    """Run ``methods`` on ``image`` in interleaved rounds; print the comparison and return it
+    as data for the record."""
     size, members = content_of(image)
     mib = size / (1 << 20)
     print(f"\n== {image}: {mib:.0f} MiB of file content in {members:,} members; "
@@ -345,8 +268,19 @@ def compare(image: str, work: Path, methods: list[str], rounds: int) -> dict[str
         best = result.best
         print(f"   {result.method:34} {best.seconds:7.1f} {result.median_s:9.1f} "
               f"{best.size / (1 << 20):7.0f} {mib / best.seconds:9.0f}")
+    data: dict[str, Any] = {
+        "image": image, "content_mib": round(mib, 1), "members": members, "rounds": rounds,
+        "methods": {m: {"label": r.method, "best_s": round(r.best.seconds, 3),
+                        "median_s": round(r.median_s, 3),
+                        "size_mib": round(r.best.size / (1 << 20), 1),
+                        "runs": [asdict(run) for run in r.runs]}
+                    for m, r in results.items()}}
     if "cli" in results and "enroot" in results:
         cli, enroot = results["cli"], results["enroot"]
+        data["against_enroot"] = {
+            "faster_best": round(enroot.best.seconds / cli.best.seconds, 2),
+            "faster_median": round(enroot.median_s / cli.median_s, 2),
+            "size_percent": round(100 * cli.best.size / enroot.best.size, 1)}
         print(f"   => imagebuild squash: {enroot.best.seconds / cli.best.seconds:.1f}x faster "
               f"than enroot's method (best of {rounds}; "
               f"{enroot.median_s / cli.median_s:.1f}x by medians), "
@@ -367,107 +301,27 @@ def compare(image: str, work: Path, methods: list[str], rounds: int) -> dict[str
         print(f"     {result.method} ({run.seconds:.1f} s{', ' + run.note if run.note else ''}):")
         for part, seconds in run.parts.items():
             print(f"       {part:36} {seconds:6.2f} s")
-    return results
+    return data
 
 
-# --- the compression table --------------------------------------------------------------------
+def against_enroot(record: dict[str, Any]) -> str | None:
+    """The sentence the docs quote from a comparison record: the range over its images of
+    how much faster ``imagebuild squash`` was than enroot's method (best of the rounds and
+    by medians) and its size as a share of enroot's; None when no image ran both."""
+    figures = [image["against_enroot"] for image in record.get("images", [])
+               if "against_enroot" in image]
+    if not figures:
+        return None
 
-def parse_setting(text: str) -> Compression:
-    """``zstd:3``, ``zstd:3/1M``, ``lz4`` -> Compression."""
-    spec, _, block = text.partition("/")
-    algorithm, _, level = spec.partition(":")
-    return Compression(algorithm, int(level) if level else None,
-                       parse_size(block) if block else 128 << 10)
+    def span(key: str, unit: str, digits: int) -> str:
+        low, high = (f"{f(x[key] for x in figures):.{digits}f}" for f in (min, max))
+        return f"{low}{unit}" if low == high else f"{low} to {high}{unit}"
 
-
-def can_mount() -> bool:
-    return os.geteuid() == 0 and Path("/dev/loop-control").exists() and \
-        "squashfs" in Path("/proc/filesystems").read_text()
-
-
-def drop_caches() -> None:
-    subprocess.run(["sync"], check=True)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
-@contextmanager
-def mounted(sqsh: Path, where: Path) -> Iterator[Path]:
-    where.mkdir(exist_ok=True)
-    subprocess.run(["mount", "-t", "squashfs", "-o", "loop,ro", str(sqsh), str(where)],
-                   check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=False)
-
-
-def chrooted(root: Path, *argv: str) -> None:
-    """Run ``argv`` in ``root`` with the host's /dev and a /proc (torch reads /dev/urandom)."""
-    mounts = [(["mount", "--bind", "/dev", str(root / "dev")], root / "dev"),
-              (["mount", "-t", "proc", "proc", str(root / "proc")], root / "proc")]
-    done = []
-    try:
-        for command, point in mounts:
-            subprocess.run(command, check=True)
-            done.append(point)
-        subprocess.run([shutil.which("chroot") or "/usr/sbin/chroot", str(root), *argv],
-                       check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
-    finally:
-        for point in reversed(done):
-            subprocess.run(["umount", str(point)], check=False)
-
-
-def timed(action: Callable[[], object]) -> float:
-    started = time.monotonic()
-    action()
-    return time.monotonic() - started
-
-
-def read_times(sqsh: Path, work: Path) -> tuple[float, float | None, float | None]:
-    """(sqfs2tar warm, kernel cold full read, kernel cold import torch) seconds."""
-    warm = timed(lambda: subprocess.run(["sqfs2tar", str(sqsh)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, check=True))
-    if not can_mount():
-        return warm, None, None
-    with mounted(sqsh, work / "mnt") as root:
-        drop_caches()
-        full = timed(lambda: subprocess.run(f"tar -C {root} -cf - . | cat > /dev/null",
-                                            shell=True, check=True))
-        python = root / "opt/venv/bin/python"
-        imported = None
-        if python.exists() or python.is_symlink():
-            drop_caches()
-            imported = timed(lambda: chrooted(root, "/opt/venv/bin/python", "-c",
-                                              "import torch"))
-    return warm, full, imported
-
-
-def table(image: str, work: Path, grid: str, rounds: int) -> None:
-    size, _ = content_of(image)
-    mib = size / (1 << 20)
-    tool = find_squash_tool("tar2sqfs")
-    print(f"\n== compression trade-off on {image} ({mib:.0f} MiB of files; squash from the "
-          f"engine's storage with tar2sqfs, best of {rounds}; read times: sqfs2tar warm, "
-          "kernel mount cold: every file / import torch)", flush=True)
-    print(f"   {'setting':22} {'squash s':>8} {'MiB':>6} {'ratio':>6} {'sqfs2tar s':>10} "
-          f"{'cold read s':>11} {'cold import s':>13}")
-    for text in grid.split(","):
-        compression = parse_setting(text)
-        target = work / "table.sqsh"
-        best = None
-        content_of(image)  # the image's files back in the page cache (the reads drop it)
-        for _ in range(rounds):
-            result = squash_image(docker_source(image), target, compression=compression,
-                                  tool=tool)
-            best = result.seconds if best is None else min(best, result.seconds)
-        warm, full, imported = read_times(target, work)
-        size_mib = target.stat().st_size / (1 << 20)
-        cold = f"{full:.1f}" if full is not None else "n/a"
-        startup = f"{imported:.1f}" if imported is not None else "n/a"
-        print(f"   {compression!s:22} {best:8.1f} {size_mib:6.0f} {mib / size_mib:6.2f} "
-              f"{warm:10.1f} {cold:>11} {startup:>13}", flush=True)
-        target.unlink()
-        target.with_name(target.name + ".sha256").unlink(missing_ok=True)
+    rounds = {image["rounds"] for image in record["images"]}
+    return (f"{span('faster_best', 'x', 1)} faster than enroot's method (best of "
+            f"{'/'.join(map(str, sorted(rounds)))}; {span('faster_median', 'x', 1)} by "
+            f"medians) at {span('size_percent', ' %', 0)} of its size, on "
+            f"{len(figures)} image(s)")
 
 
 def main() -> int:
@@ -478,36 +332,43 @@ def main() -> int:
                         help=f"of {', '.join(METHODS)} (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (default: 3)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()),
-                        help="where outputs go, the same disk for every method")
+                        help="an existing directory where outputs go, the same disk for "
+                             "every method (default: the system's temporary directory)")
     parser.add_argument("--table", action="store_true",
                         help="the compression trade-off instead of the comparison")
     parser.add_argument("--grid", default=DEFAULT_GRID,
                         help=f"settings for --table (default: {DEFAULT_GRID})")
+    parser.add_argument("--record", type=Path, default=None,
+                        help="write the figures, the machine and the command to RECORD.json "
+                             "and RECORD.txt (default: benchmarks/results/squash/comparison, "
+                             "or compression-table with --table; commit them)")
     args = parser.parse_args()
+    if not args.workdir.is_dir():
+        parser.error(f"--workdir {args.workdir}: no such directory (create it first; it "
+                     "should be on the disk the squashed images are meant for)")
+    unknown = [m for m in args.methods.split(",") if m not in METHODS]
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(unknown)}; choose from "
+                     f"{', '.join(METHODS)}")
 
-    work = Path(tempfile.mkdtemp(dir=args.workdir, prefix="squash-bench-"))
-    makers = {"demo": make_demo_image, "libs": make_libs_image}
-    summary: list[tuple[str, dict[str, Result]]] = []
-    try:
-        images = [makers[name](work) if name in makers else name
-                  for name in args.images.split(",")]
-        for image in images:
-            if args.table:
-                table(image, work, args.grid, args.repeat)
-            else:
-                summary.append((image, compare(image, work, args.methods.split(","),
-                                               args.repeat)))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    if len(summary) > 1 and all({"cli", "enroot"} <= set(r) for _, r in summary):
-        print("\n== summary: imagebuild squash (CLI) against enroot's method, best of "
-              f"{args.repeat}")
-        for image, results in summary:
-            cli, enroot = results["cli"].best, results["enroot"].best
-            print(f"   {image:34} {cli.seconds:5.1f} s vs {enroot.seconds:5.1f} s: "
-                  f"{enroot.seconds / cli.seconds:4.1f}x faster, "
-                  f"{cli.size / (1 << 20):4.0f} vs {enroot.size / (1 << 20):4.0f} MiB "
-                  f"({100 * cli.size / enroot.size:.1f} %)")
+    record_path = args.record or (TABLE_RECORD if args.table else RECORD)
+    with Recording(record_path, "squash_bench --table" if args.table else "squash_bench",
+                   tools=TOOLS) as record:
+        work = Path(tempfile.mkdtemp(dir=args.workdir, prefix="squash-bench-"))
+        measured: list[dict[str, Any]] = []
+        try:
+            images = [MAKERS[name](work) if name in MAKERS else name
+                      for name in args.images.split(",")]
+            for image in images:
+                measured.append(table(image, work, args.grid, args.repeat) if args.table
+                                else compare(image, work, args.methods.split(","),
+                                             args.repeat))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        record.data["images"] = measured
+        if not args.table and (sentence := against_enroot(record.data)) is not None:
+            record.data["against_enroot"] = sentence
+            print(f"\n== imagebuild squash (CLI): {sentence}")
     return 0
 
 

@@ -3,14 +3,16 @@
 # The check (eth-cscs/cscs-reframe-tests, checks/apps/pytorch/pytorch_megatronlm_amd.py,
 # class PyTorchMegatronLM_AMD_CE) is used as it is, through a subclass; what changes:
 # - the image and its Container Engine settings come from the EDF `imagebuild squash` wrote
-#   beside the squashfs (image, mounts, [env], [annotations]: the site's hooks, e.g. no
-#   ROCm 6 aws_ofi_nccl hook on a ROCm 7 image, whose own RCCL network plugin is used);
+#   beside the squashfs (image, mounts, its other top-level keys such as `writable = true`,
+#   [env], [annotations]: the site's hooks, e.g. no ROCm 6 aws_ofi_nccl hook on a ROCm 7
+#   image, whose own RCCL network plugin is used); the check's workdir stays its own;
 # - Megatron-LM is the image's copy at /opt/megatron-lm (MEGATRON_LM_DIR), dataset helpers
 #   built, instead of a run-time git clone; its logs and checkpoints go to the stage
 #   directory (the image is read-only);
 # - nothing is downloaded: the tokenizer is a file you name (-S tokenizer_model=...), else
 #   Megatron's NullTokenizer with the Llama-2 vocabulary size the check's model uses.
 #
+# Python >= 3.11 (the EDF is read with tomllib; ReFrame 4.10 itself takes 3.10):
 #   export CSCS_REFRAME_TESTS=/path/to/cscs-reframe-tests
 #   reframe -C $CSCS_REFRAME_TESTS/config/cscs.py -c reframe-checks/imagebuild_megatronlm.py \
 #       -n PyTorchMegatronLM_AMD_imagebuild -S imagebuild_edf=$PWD/artifacts/rocm-7.1.1.toml -r
@@ -56,6 +58,27 @@ def without_downloads(commands):
     return kept
 
 
+#: EDF keys the check's mixin writes itself (container_image, container_mounts, and the
+#: workdir it mounts the stage directory at).
+MIXIN_KEYS = ("image", "mounts", "workdir")
+
+
+def toml_value(value):
+    """A TOML literal for a scalar the mixin writes as `key = value`, unquoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def top_level(edf):
+    """The EDF's other top-level scalars (writable, entrypoint, ...), for the mixin's
+    container_env_key_values, which it would otherwise leave out."""
+    return {key: toml_value(value) for key, value in edf.items()
+            if key not in MIXIN_KEYS and not isinstance(value, (dict, list))}
+
+
 def dotted(table, prefix=""):
     """A TOML table as the mixin writes tables: one level, dotted keys (com.hooks.cxi.enabled)."""
     flat = {}
@@ -85,6 +108,7 @@ class PyTorchMegatronLM_AMD_imagebuild(PyTorchMegatronLM_AMD_CE):
         # container starts, as it does for the EDF itself.
         self.container_image = edf["image"]
         self.container_mounts += list(edf.get("mounts", []))
+        self.container_env_key_values = {**self.container_env_key_values, **top_level(edf)}
         self.container_env_table = {"env": dotted(edf.get("env", {})),
                                     "annotations": dotted(edf.get("annotations", {}))}
         self.env_vars["MEGATRON_LM_DIR"] = self.megatron_lm_dir

@@ -66,8 +66,9 @@ def _quick_start_line(prefix: str) -> str:
 
 
 def test_the_quick_starts_two_node_job_script_is_written(tmp_path: Path) -> None:
-    """`validate ... --launcher sbatch --nodes 2 --environment ...` as the README writes it,
-    from another directory (the script lands there), with no Docker to be asked."""
+    """`validate ... --launcher sbatch --nodes 2 --site cscs-beverin --environment ...` as the
+    README writes it, from another directory (the script lands there), with no Docker to be
+    asked: a job for Beverin's 4-GPU MI300A nodes on their Slingshot interfaces."""
     line = _quick_start_line("imagebuild validate rocm-7.0.2 --launcher sbatch")
     words = line.replace("$PWD", str(REPO)).split()
     env = {**os.environ, "IMAGEBUILD_PROJECT": str(REPO), "PYTHONPATH": str(REPO),
@@ -80,9 +81,25 @@ def test_the_quick_starts_two_node_job_script_is_written(tmp_path: Path) -> None
     assert done.stdout.strip() == f"wrote {script.name}; submit it with: sbatch {script.name}"
     text = script.read_text()
     assert "#SBATCH --nodes=2\n" in text
+    assert "#SBATCH --gpus-per-node=4\n" in text and "#SBATCH --ntasks-per-node=4\n" in text
+    assert "export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3\n" in text
+    assert "export GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3\n" in text
     edf = REPO / "envs" / "rocm-7.0.2.toml"
     assert edf.is_file()
     runs = [s for s in text.splitlines() if s.startswith("srun ")]
     # the doctor on each node, then the checks: both in the EDF's container
     assert len(runs) == 2 and all(f"--environment={edf}" in s for s in runs)
-    assert "imagebuild_checks --expect-binding" in runs[1]
+    assert "imagebuild_checks --system cscs-beverin --expect-net-provider cxi " \
+           "--expect-binding" in runs[1]
+
+
+def test_the_doctor_sample_is_what_doctor_prints(tmp_path: Path) -> None:
+    """The README's doctor sample, run again on the node tree it names (built from the
+    committed fixtures: the mi250x-lumi node, case driver-6.3-lumi)."""
+    from tests.inimage.doctor.conftest import build_case
+    from tests.support.doc_samples import assert_reproduced, run_sample, sample
+
+    found = sample("README.md", "imagebuild doctor")
+    case = build_case("driver-6.3-lumi", tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("HSA_XNACK", "IMAGEBUILD_SITE")}
+    assert_reproduced(found, run_sample(found, tmp_path, env={**env, **case.env}))

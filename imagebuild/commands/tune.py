@@ -30,6 +30,7 @@ from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning import command as tuning_command
 from imagebuild.inimage.tuning import gemm_tuner, rccl_sweep
 from imagebuild.recipe.site import default_site
+from imagebuild.tune import te_layout
 from imagebuild.tune.problem import host_errors
 
 
@@ -94,9 +95,16 @@ def register(subparsers: Any) -> None:
     te_file.add_argument("--search-depth", type=int, default=None,
                          help="heuristic candidates TE searches for each tuned algorithm "
                               "(its aidx + 1; default 256)")
-    te_file.add_argument("--te-layout", choices=("current", "2024"), default="current",
-                         help="TE's file layout: 'current' has the fp8_scale column, "
-                              "'2024' is that of TE builds before it")
+    te_file.add_argument("--manifest", type=Path, default=None,
+                         help="the image manifest (/opt/imagebuild/manifest.json, the default "
+                              "inside an image) whose TransformerEngine version picks the "
+                              "file's layout (default: it, else the bundle's recipe)")
+    te_file.add_argument("--te-version", default=None,
+                         help="the TransformerEngine version that will read the file, instead "
+                              "of the manifest's or the recipe's")
+    te_file.add_argument("--te-layout", choices=te_layout.LAYOUTS, default=None,
+                         help="the file's layout, whatever the version: 2025 has the fp8_scale "
+                              "column (TE >= 2.4), 2024 has not (TE < 2.4)")
     te_file.set_defaults(func=run_te_file)
 
     edf = sub.add_parser("edf", help="an EDF beside the .sqsh that mounts a bundle")
@@ -198,15 +206,17 @@ def run_te_file(args: argparse.Namespace) -> int:
     from imagebuild.tune.bundle import read_bundle
 
     bundle = read_bundle(args.bundle)
+    choice = te_layout.choose_layout(args.te_layout, args.te_version, args.manifest,
+                                     bundle.recipe)
     entries = te_algo.te_entries(args.bundle, bundle, args.dev_cap,
                                  args.search_depth or te_algo.DEFAULT_SEARCH_DEPTH)
-    path = te_algo.write_te_file(args.bundle, bundle, entries, args.te_layout)
+    path = te_algo.write_te_file(args.bundle, bundle, entries, choice.layout)
     for e in entries:
         k = e.key
         print(f"dev_cap {k.dev_cap}  m={k.m} n={k.n} k={k.k} {k.trans_a}{k.trans_b} "
               f"{k.type_a}  lda={k.lda} ldb={k.ldb} ldd={k.ldd}  algo_id {e.algo_id}")
     skipped = len(bundle.problems) - len(entries)
-    print(f"{len(entries)} algorithms -> {path} (TE layout {args.te_layout}"
+    print(f"{len(entries)} algorithms -> {path} (TE layout {choice.layout}: {choice.why}"
           + (f"; {skipped} problems without a hipBLASLt solution or batched" if skipped
              else "") + ")")
     env = tuning_env(read_bundle(args.bundle))

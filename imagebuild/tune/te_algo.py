@@ -4,9 +4,9 @@ tuning bundle's hipBLASLt results, and a reader that follows TE's own reading ru
 TE's format and matching, as read in ROCm/TransformerEngine
 ``transformer_engine/common/gemm/rocm_gemm.cu`` (class GemmAlgoCache): the layout "2024"
 as the autotune storage was introduced (branch ipanfilo/autotune-storage, commit f60583a0,
-2024-10-24, pull request 67), the layout "current" as later versions of
-the same file read it, with an ``fp8_scale`` column after ``ldd`` and ``%i`` in
-TE_HIPBLASLT_ALGO_SAVE replaced by the process id:
+2024-10-24, pull request 67) and read up to TE 2.2, the layout "2025" with an
+``fp8_scale`` column after ``ldd`` (pull request 318, TE 2.4 on); which TE reads which is
+te_layout.py's table:
 
 - the first line is a legend that must equal TE's exactly, else the whole file is refused
   ("Incorrect algo storage legend"): ``dev_cap,m,n,k,trans_a,trans_b,type_a,type_b,
@@ -14,7 +14,7 @@ TE_HIPBLASLT_ALGO_SAVE replaced by the process id:
 - then one row per entry; blank lines and lines starting with ``#`` are skipped, as are
   rows whose ``dev_cap`` (major * 100 + minor of hipDeviceProp_t) is no device present,
   whose ``comp`` is not ``f32`` or ``scale`` not ``float32``, whose ``ws_min > ws_max``,
-  and (current layout) whose ``fp8_scale`` is not 0 on hipBLASLt < 0.15; a name outside
+  and (layout 2025) whose ``fp8_scale`` is not 0 on hipBLASLt < 0.15; a name outside
   TE's tables (types ``float32|float16|bfloat16|float8e4m3|float8e5m2``, ``N|T``,
   epilogues ``-|bias|geluaux|geluauxbias|dgelu|dgelubgrad|bgradb``) raises an error
   inside TE, so this writer never emits one;
@@ -36,7 +36,7 @@ offline, so ``aidx`` is set to the search depth (TE then asks for that many cand
 and scans them all). Leading dimensions are those of contiguous operands (lda = m or k,
 ldb = k or n, ldd = m), the epilogue none, D of the inputs' type: the GEMMs of a bf16
 Llama step without biases. One file serves one TE build: its layout must be the one that
-build reads (``--te-layout``).
+build reads (te_layout.py).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from imagebuild.inimage.tuning.te_online import TE_FILE
 
 #: The legend of each layout TE has read, without and with the ``fp8_scale`` column.
 LEGENDS = {
-    "current": ("dev_cap,m,n,k,trans_a,trans_b,type_a,type_b,type_d,bias_type,lda,ldb,ldd,"
+    "2025": ("dev_cap,m,n,k,trans_a,trans_b,type_a,type_b,type_d,bias_type,lda,ldb,ldd,"
                 "fp8_scale,epi,comp,scale,ws_min,ws_max,algo_id,aidx"),
     "2024": ("dev_cap,m,n,k,trans_a,trans_b,type_a,type_b,type_d,bias_type,lda,ldb,ldd,"
              "epi,comp,scale,ws_min,ws_max,algo_id,aidx"),
@@ -162,13 +162,13 @@ def te_entries(bundle_dir: Path, bundle: Bundle, cap: int | None = None,
     return list(entries.values())
 
 
-def te_file_text(entries: Iterable[TeEntry], layout: str = "current") -> str:
+def te_file_text(entries: Iterable[TeEntry], layout: str = "2025") -> str:
     lines = [LEGENDS[layout]]
     for e in entries:
         k = e.key
         cells = [k.dev_cap, k.m, k.n, k.k, k.trans_a, k.trans_b, k.type_a, k.type_b,
                  k.type_d, k.bias_type, k.lda, k.ldb, k.ldd]
-        if layout == "current":
+        if layout == "2025":
             cells.append(k.fp8_scale)
         cells += [k.epi, "f32", "float32", e.ws_min, e.ws_max, e.algo_id, e.aidx]
         lines.append(",".join(str(c) for c in cells))
@@ -176,7 +176,7 @@ def te_file_text(entries: Iterable[TeEntry], layout: str = "current") -> str:
 
 
 def write_te_file(bundle_dir: Path, bundle: Bundle, entries: list[TeEntry],
-                  layout: str = "current") -> Path:
+                  layout: str = "2025") -> Path:
     """Write TE_FILE into the bundle and record it in tuning.json (kind ``te_algo``), so
     the bundle's runtime wiring sets TE_HIPBLASLT_ALGO_LOAD; each written atomically."""
     if not entries:
@@ -195,7 +195,7 @@ def write_te_file(bundle_dir: Path, bundle: Bundle, entries: list[TeEntry],
 
 # --- TE's reading rules, for checking a written file -------------------------------------
 
-def read_te_file(text: str, devices: Iterable[int], layout: str = "current",
+def read_te_file(text: str, devices: Iterable[int], layout: str = "2025",
                  hipblaslt_has_scale_modes: bool = True) -> tuple[list[TeEntry], list[str]]:
     """(entries TE keeps, what TE would print about the rest), reading as GemmAlgoCache's
     load_ does on a machine whose devices have the capabilities ``devices``. A name

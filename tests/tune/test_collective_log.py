@@ -17,8 +17,9 @@ def sizes(*names, **kwargs):
 
 
 def test_reduce_scatter_count_is_per_rank_like_all_gather():
-    # count 9437696 x float (4 B) x 8 ranks: the buffer the tuning line of the same call
-    # gives, so the call and the decision are one collective, not two.
+    # The COLL line is constructed (fixture README): its count 9437696 x float (4 B) x 8
+    # ranks was derived from the tuning line's buffer. What this proves is the join: a COLL
+    # line and the tuning line of the same call make one collective, not two.
     records = sizes("rccl-beverin-tuning.log")
     assert set(records) == {("reducescatter", 302006272, "ring", "simple"),
                             ("allgather", 151003136, "ring", "simple")}

@@ -42,11 +42,11 @@ def key(m, n, k, ta, tb, lda, ldb, ldd, cap=MI300):
 
 
 def test_written_file_reads_back_by_tes_rules(bundle_dir, capsys):
-    assert run(["te-file", str(bundle_dir)]) == 0
+    assert run(["te-file", str(bundle_dir), "--te-version", "2.4.0"]) == 0
     out = capsys.readouterr().out
     assert "2 algorithms ->" in out and "2 problems without a hipBLASLt solution" in out
     text = (bundle_dir / "te_hipblaslt_algos.csv").read_text()
-    assert text.splitlines()[0] == LEGENDS["current"]
+    assert text.splitlines()[0] == LEGENDS["2025"]
     entries, said = read_te_file(text, devices=[MI300])
     assert said == [] and len(entries) == 2
     workspace = 32 * 2**20  # any workspace TE offers falls in the row's range
@@ -60,7 +60,7 @@ def test_written_file_reads_back_by_tes_rules(bundle_dir, capsys):
 
 
 def test_the_bundle_now_loads_it_at_run_time(bundle_dir):
-    run(["te-file", str(bundle_dir)])
+    run(["te-file", str(bundle_dir), "--te-layout", "2025"])
     bundle = read_bundle(bundle_dir)
     assert bundle.files["te_algo"] == "te_hipblaslt_algos.csv"
     env = runtime_tuning(bundle_dir, bundle).env_dict()
@@ -73,11 +73,11 @@ def test_layouts_do_not_mix(bundle_dir):
     entries, _ = read_te_file(text, devices=[MI300], layout="2024")
     assert len(entries) == 2 and all(e.key.fp8_scale == 0 for e in entries)
     assert read_te_file(text, devices=[MI300]) == \
-        ([], [f"Incorrect algo storage legend. Expected {LEGENDS['current']}"])
+        ([], [f"Incorrect algo storage legend. Expected {LEGENDS['2025']}"])
 
 
 def test_tes_skipping_rules():
-    legend = LEGENDS["current"]
+    legend = LEGENDS["2025"]
     row = "904,8,8,8,N,N,bfloat16,bfloat16,bfloat16,-,8,8,8,0,-,f32,float32,0,100,5,0"
     text = "\n".join([legend, "# comment", "", "  " + row + "  ",
                       row.replace(",0,100,", ",0,50,"),   # overlaps: TE warns, drops
@@ -105,7 +105,7 @@ def test_nothing_to_write_leaves_the_bundle_as_it_was(tmp_path):
         BundleProblem(64, 64, 64, 1, "N", "N", "bf16_r"),)))
     before = (tmp_path / "tuning.json").read_text()
     with pytest.raises(TuneError, match="no tuned problem with a hipBLASLt solution index"):
-        run(["te-file", str(tmp_path)])
+        run(["te-file", str(tmp_path), "--te-layout", "2025"])
     assert (tmp_path / "tuning.json").read_text() == before
     assert not (tmp_path / "te_hipblaslt_algos.csv").exists()
     assert "te_algo" not in json.loads(before)["files"]

@@ -32,7 +32,7 @@ sys.exit(int(sys.argv[3]))
 @pytest.fixture()
 def stand_in(tmp_path):
     script = tmp_path / "te_step.py"
-    script.write_text(STAND_IN.format(legend=LEGENDS["current"], row=ROW))
+    script.write_text(STAND_IN.format(legend=LEGENDS["2025"], row=ROW))
     return script
 
 

@@ -5,6 +5,11 @@ ROCm/hipBLASLt docs/how-to-use-hipblaslt-offline-tuning.rst):
 - with ``HIPBLASLT_TUNING_FILE`` set, the bench ends with a ``Winner:`` line, then the CSV
   header (``transA,transB,...,us,solution_index``; spelled ``soulution_index`` in the 6.4
   docs, later builds add ``kernel_name``), then the winner's value row;
+- the client itself (clients/include/argument_model.hpp, log_args; testing_matmul.hpp
+  prints ``Winner: ``) writes each result as a header line prefixed ``[<result>]:``, the
+  value row indented by four spaces and, with ``--print_kernel_info``, the lines
+  ``--Solution index: N``, ``--Solution name:`` and ``--kernel name:`` (the form
+  utilities/find_exact.py reads back); both forms are read here;
 - the tuning/override file starts with ``Git Version: <rev>`` and holds one row per problem:
   the winner's value row followed by the GPU architecture and CU count
   (library/src/amd_detail/rocblaslt/src/UserDrivenTuningParser.cpp reads 37 fields).
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 
 #: Columns of a problems CSV (written by ``imagebuild tune shapes``).
@@ -55,18 +61,29 @@ class Winner:
                 int(self.field("batch_count")), self.field("transA"), self.field("transB"))
 
 
+_RESULT_PREFIX = re.compile(r"^\[\d+\]:")
+_SOLUTION_LINE = re.compile(r"^--Solution index:\s*(?P<index>-?\d+)")
+
+
 def _cells(line: str) -> tuple[str, ...]:
-    return tuple(cell.strip() for cell in next(csv.reader(io.StringIO(line.strip()))))
+    line = _RESULT_PREFIX.sub("", line.strip())
+    return tuple(cell.strip() for cell in next(csv.reader(io.StringIO(line))))
 
 
 def parse_winner(output: str) -> Winner | None:
-    """The ``Winner:`` block of hipblaslt-bench output, or None when there is none."""
+    """The ``Winner:`` block of hipblaslt-bench output, or None when there is none. Without
+    a solution-index column, the ``--Solution index:`` line under the row gives it."""
     lines = [line for line in output.splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if line.strip().startswith("Winner:") and i + 2 < len(lines):
             header, values = _cells(lines[i + 1]), _cells(lines[i + 2])
-            if "transA" in header and len(values) == len(header):
-                return Winner(header, values)
+            if "transA" not in header or len(values) != len(header):
+                continue
+            if not any(name in header for name in _SOLUTION_COLUMNS) and i + 3 < len(lines):
+                found = _SOLUTION_LINE.match(lines[i + 3].strip())
+                if found:
+                    header, values = (*header, "solution_index"), (*values, found["index"])
+            return Winner(header, values)
     return None
 
 
@@ -76,7 +93,7 @@ def parse_results(output: str) -> list[tuple[float, int | None]]:
     results: list[tuple[float, int | None]] = []
     header: tuple[str, ...] = ()
     for raw in output.splitlines():
-        line = raw.strip()
+        line = _RESULT_PREFIX.sub("", raw.strip())
         if line.startswith("transA,"):
             header = _cells(line)
         elif line.startswith("--Solution index:") and results:

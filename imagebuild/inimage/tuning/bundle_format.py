@@ -249,8 +249,8 @@ TUNABLEOP_DEFAULT = "Default"
 def only_defaults(directory: Path, bundle: Bundle) -> str | None:
     """Why the bundle changes no kernel, when TunableOp's results are all the library's
     own choice and no hipBLASLt override comes with them; None otherwise."""
-    if "tunableop" not in bundle.files or "hipblaslt" in bundle.files:
-        return None
+    if "tunableop" not in bundle.files or set(bundle.files) - {"tunableop"}:
+        return None  # another file (an override, TE's, the tuner's) may change something
     path = directory / ordinal_name(bundle.files["tunableop"], 0)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

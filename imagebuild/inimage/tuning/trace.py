@@ -4,6 +4,8 @@
 CPU ops carry "Input Dims", "Input type" and, in newer torch, "Input Strides". On a GPU trace
 each kernel event carries the "External id" of the CPU op that launched it; a GEMM's time is
 the sum of its kernels. A CPU-only trace has no kernels: the op's own duration is its time.
+Besides torch's own GEMM ops (torch_ops.py), a trace of a Megatron-LM + TransformerEngine
+step holds TE's GEMM ops and hipBLASLt's markers (te_trace.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .problems import ProblemError, ProblemStat, aggregate
+from .te_trace import te_problems
 from .torch_ops import LEAF_GEMMS, RecordedOp, to_problem
 
 _KERNEL_CATEGORIES = ("kernel", "gpu_op")
@@ -101,7 +104,9 @@ def problems_from_events(events: list[dict[str, Any]], origin: str = "trace") \
         time = kernel_time.get(args.get("External id")) if kernel_time \
             else float(event.get("dur", 0.0))
         stats.append(ProblemStat(problem, 1, time, origin))
-    summary: dict[str, Any] = {**counts,
+    te_stats, te_counts = te_problems(events, kernel_time)
+    stats += te_stats
+    summary: dict[str, Any] = {**counts, **{k: v for k, v in te_counts.items() if v},
                                "timing": "kernels" if kernel_time else "cpu op duration"}
     return aggregate(stats), summary
 
@@ -110,5 +115,8 @@ def problems_from_trace(path: Path) -> tuple[list[ProblemStat], dict[str, Any]]:
     stats, summary = problems_from_events(load_events(path), origin="trace")
     if not stats:
         raise ProblemError(f"{path}: no GEMM op with recorded shapes (aten::mm, addmm, bmm, "
-                        "baddbmm)\nhint: profile with torch.profiler.profile(record_shapes=True)")
+                           "baddbmm; TransformerEngine's tex_ts::te_gemm_ts) and no hipBLASLt "
+                           "marker\nhint: profile with torch.profiler.profile(record_shapes="
+                           "True); for TransformerEngine 2.x record HIPBLASLT_LOG_MASK=32 and "
+                           "read the log with --hipblaslt-log")
     return stats, summary

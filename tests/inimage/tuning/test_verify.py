@@ -101,7 +101,9 @@ GemmTunableOp_BFloat16_NT,nt_4096_14336_8192_ld_4096_14336_4096,Default,1.31981
     (H200_RESULTS, {"tunableop": "tunableop_results.csv"}, "for all 4 problems"),
     (H200_RESULTS.replace("Default,1.31981", "Gemm_Hipblaslt_1_42,1.2"),
      {"tunableop": "tunableop_results.csv"}, None),
-    (H200_RESULTS, {"tunableop": "tunableop_results.csv", "hipblaslt": "override.txt"}, None),
+    (H200_RESULTS, {"tunableop": "tunableop_results.csv",
+                    "hipblaslt_override": "override.txt"}, None),
+    (H200_RESULTS, {"tunableop": "tunableop_results.csv", "te_algo": "te.csv"}, None),
     ("Validator,PT_VERSION,2.11.0\n", {"tunableop": "tunableop_results.csv"}, None),
 ])
 def test_a_bundle_of_library_defaults_is_named_as_changing_nothing(
