@@ -40,6 +40,8 @@ DOCKER_BINARY_ENV = "IMAGEBUILD_DOCKER"
 #: What ``docker info`` reports as the storage driver type of the containerd image store.
 CONTAINERD_STORE = "io.containerd.snapshotter.v1"
 _NOT_PROBED = "not probed"
+#: A push's closing status line: "<tag>: digest: sha256:... size: N".
+_PUSHED = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
 
 
 def docker_sdk_client() -> Any:
@@ -233,6 +235,9 @@ class DockerEngine(Engine):
                 if "error" in chunk:
                     raise EngineError(f"docker push {ref} failed: {chunk['error']}")
                 digest = (chunk.get("aux") or {}).get("Digest", digest)
+                # The containerd image store (Docker 26) reports the digest only as text.
+                if not digest and (said := _PUSHED.match(chunk.get("status") or "")):
+                    digest = said[1]
         except self._errors().DockerException as exc:
             raise EngineError(f"docker push {ref} failed: {exc}") from exc
         if not digest:

@@ -12,6 +12,7 @@ built-in BuildKit and podman 4.3 (tests/engine/data/):
     #6 CACHED | #6 DONE 1.2s | #6 ...   cached, done, interleaved with another step
     #6 ERROR: executor failed running [/bin/sh -c make]: exit code: 2
     failed to solve with frontend dockerfile.v0: ...        (final summary, no #N)
+    #4 importing cache manifest from R  a --cache-from entry; its ERROR (not found) is no failure
     #6 sha256:c57e... 109B / 109B done  | #6 extracting sha256:c57e...
                                         a layer pulled for the step: from a registry
                                         cache (--cache-from), or the base image (FROM)
@@ -152,6 +153,9 @@ _BK_OUTPUT = re.compile(r"^(?P<secs>\d+\.\d+) (?P<text>.*)$")
 _BK_DONE = re.compile(r"^DONE (?P<secs>\d+(?:\.\d+)?)s$")
 _BK_NAME = re.compile(r"^\[(?:(?P<stage>[^\]\s]+)\s+)?(?P<step>\d+/\d+)\] (?P<instr>.*)$")
 _BK_INTERNAL = re.compile(r"^\[(?P<stage>internal)\] (?P<instr>.*)$")
+# BuildKit's step that reads one --cache-from entry; its ERROR (no such entry yet) is not
+# the build's failure.
+_BK_CACHE_IMPORT = "importing cache manifest from "
 # A layer of the step downloaded or unpacked: the step's result came from a registry.
 _BK_PULLED = re.compile(r"^(sha256:[0-9a-f]{64} .*done$|extracting sha256:[0-9a-f]{64}$)")
 # Lines BuildKit prints about a vertex that are neither output nor a new name.
@@ -221,6 +225,10 @@ class BuildLogParser:
             return [self._event("done", known, elapsed=float(done["secs"]))]
         if rest.startswith(("ERROR:", "ERROR ")):
             message = rest.split(":", 1)[1].strip() if ":" in rest else rest[6:].strip()
+            if known.name.startswith(_BK_CACHE_IMPORT):
+                # a --cache-from entry not (yet) in the registry: BuildKit builds on
+                known.add(message)
+                return [self._event("output", known, text=message)]
             if self.failed_step is None:
                 self.failed_step = step_id
                 self.error_message = message

@@ -168,3 +168,19 @@ def test_buildkit_names_steps_of_stages_with_ten_or_more_steps():
     parser = BuildLogParser("buildkit")
     events = parser.feed("#16 [final  4/10] COPY --from=python /opt/venv /opt/venv")
     assert (events[0].stage, events[0].step) == ("final", "4/10")
+
+
+def test_a_cache_entry_not_found_is_no_failure_of_the_build():
+    """BuildKit reports a --cache-from entry that does not exist yet as an ERROR of its
+    import step and builds on (docker buildx 0.13.1, an empty cache repository)."""
+    parser = BuildLogParser("buildkit")
+    events = parser.feed_all([
+        "#4 importing cache manifest from 127.0.0.1:5000/c:toolchain-e40c5563b785",
+        ("#4 ERROR: failed to configure registry cache importer: "
+        "127.0.0.1:5000/c:toolchain-e40c5563b785: not found"),
+        "#9 [toolchain 1/1] RUN make",
+        "#9 ERROR: process \"/bin/sh -c make\" did not complete successfully: exit code: 2",
+    ])
+    assert [e.kind for e in events] == ["step", "output", "step", "error"]
+    failure = parser.failure()
+    assert failure.step == "toolchain 1/1: RUN make"
