@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imagebuild.build.oci_labels import oci_labels
+from imagebuild.build.sbom_attach import attach_sbom
 from imagebuild.build.stage_plan import (
     STAGE_DIGESTS_LABEL,
     label_value,
@@ -116,6 +117,8 @@ class BuiltImage:
     stages: StageTable | None = None
     #: why the engine attached no provenance attestation ("" when it did, or nothing built)
     provenance_note: str = ""
+    #: the SBOM artifact attached to the pushed image (imagebuild.build.sbom_attach)
+    sbom_ref: str | None = None
 
     def artifact(self, kind: str) -> Artifact | None:
         return next((a for a in self.artifacts if a.kind == kind), None)
@@ -150,11 +153,16 @@ def build_and_squash(prepared: PreparedBuild, job: ImageJob, options: BuildOptio
     result = squash_built(prepared, job, image, options, engine=engine, say=say)
     seconds.update(result.seconds)
     pushed: tuple[PushedImage, ...] = ()
+    sbom_ref = None
     if options.push:
         started = time.monotonic()
-        pushed = push_image(engine, image, options.push)
+        # The canonical (input hash) tag only: in a registry, no tag moves but by promotion
+        # (imagebuild.promote); `latest` names the recipe's last build here.
+        pushed = push_image(engine, replace(image, tags=image.tags[:1]), options.push)
+        if result.inventory is not None:
+            sbom_ref = attach_sbom(pushed[0], result.inventory.sbom)
         seconds["push"] = time.monotonic() - started
-    return replace(result, built=built, pushed=pushed, seconds=seconds,
+    return replace(result, built=built, pushed=pushed, seconds=seconds, sbom_ref=sbom_ref,
                    stages=table if built else None,
                    provenance_note=(engine.attestation_problem() or "") if built else "")
 

@@ -146,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
               "or the record)")
     for pushed in result.pushed:
         print(f"pushed {pushed.pinned}")
+    if result.sbom_ref:
+        print(f"sbom attached: {result.sbom_ref}")
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
     print(f"times: {timing}")
     return check_reproducible(prepared, options, result, engine) \
@@ -223,6 +225,7 @@ def result_json(recipe: str, result: BuiltImage) -> dict:
                            "sha256": a.sha256} for a in result.artifacts],
             "pushed": [p.pinned for p in result.pushed],
             "pushed_tags": [{"ref": p.ref, "digest": p.digest} for p in result.pushed],
+            "sbom": result.sbom_ref,
             "stages": result.stages.as_json() if result.stages is not None else None,
             "provenance": None if not result.built else (
                 result.provenance_note or "attached"),
