@@ -119,4 +119,5 @@ def build_stage(prepared: PreparedBuild, options: BuildOptions, stage: str, *,
                                       progress=table)
     return BuiltImage(image=image, built=built,
                       seconds={"build": time.monotonic() - started} if built else {},
-                      stages=table if built else None)
+                      stages=table if built else None,
+                      provenance_note=(engine.attestation_problem() or "") if built else "")

@@ -65,6 +65,9 @@ def test_cache_keys_leave_the_epoch_out_and_follow_the_target(tmp_path: Path) ->
     files = {"pylock.toml": "a", "checks/x.py": "1"}
     keys = stage_cache_keys(_context(tmp_path / "a", DOCKERFILE, files))
     assert list(keys) == ["base", "python", "final"]
+    only_from = DOCKERFILE.replace("RUN echo base\n", "")
+    assert list(stage_cache_keys(_context(tmp_path / "f", only_from, files))) == \
+        ["python", "final"]  # a FROM alone keeps nothing
     # a re-lock moves SOURCE_DATE_EPOCH; the keys, which leave build args out, stay
     assert keys == stage_cache_keys(_context(tmp_path / "b", DOCKERFILE, files))
     assert keys["python"] != stage_digests(_context(tmp_path / "c", DOCKERFILE, files),
@@ -89,5 +92,5 @@ def test_the_shared_stages_of_two_shipped_recipes_have_the_same_cache_keys(
         keys[recipe] = stage_cache_keys(_context(tmp_path / recipe, text, {}))
     ours, theirs = keys["rocm-7.0.2"], keys["rocm-7.0.2-swiss-ai"]
     assert [s for s in ours if ours[s] == theirs[s]] == \
-        ["base", "toolchain", "hipblaslt", "rccl-tests", "python"]
+        ["toolchain", "hipblaslt", "rccl-tests", "python"]
     assert ours["megatron"] != theirs["megatron"] and ours["final"] != theirs["final"]
