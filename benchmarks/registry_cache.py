@@ -17,7 +17,9 @@ from the Swiss AI fixture bundle (torch 2.13.0+cpu, 24 wheels). One line per bui
   pin-cached     the same, --cache-from (the entries the seed build exported)
 
 Needs root (dockerd), the registry on 127.0.0.1:5000 and the base image there (the tests'
-fixtures push it; so does scripts/demo).
+fixtures push it; so does scripts/demo). Every run writes its record (bench_record.py:
+figures, machine, tools, command) to benchmarks/results/registry-cache/rebuild.json and
+.txt; commit them: docs/ci.md quotes them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_record import RESULTS, Recording
 
 from imagebuild.cli import main
 from testbed.base_images import REGISTRY, REGISTRY_BASE_IMAGE
@@ -44,6 +49,8 @@ from testbed.source_mirror import SourceMirror
 from testbed.wheel_index import IndexServer
 
 NAME = "cpu-cache-bench"
+#: Where a run's record goes: committed, so the docs' figures trace to it.
+RECORD = RESULTS / "registry-cache" / "rebuild"
 
 
 def build(*flags: str) -> tuple[float, dict]:
@@ -57,13 +64,18 @@ def build(*flags: str) -> tuple[float, dict]:
     return seconds, json.loads(out.getvalue())
 
 
-def steps(result: dict) -> str:
-    totals = {source: sum(len(row[source]) for row in result["stages"].values())
-              for source in ("imported", "cached", "built")}
-    return ", ".join(f"{n} {source}" for source, n in totals.items())
+def step_totals(result: dict) -> dict[str, int]:
+    return {source: sum(len(row[source]) for row in result["stages"].values())
+            for source in ("imported", "cached", "built")}
 
 
 def main_() -> None:
+    with Recording(RECORD, "registry_cache", tools=("docker", "git")) as record:
+        record.data["builds"] = []
+        measure_all(record.data["builds"])
+
+
+def measure_all(builds: list[dict]) -> None:
     cache = f"{REGISTRY}/imagebuild-bench/stage-cache-{uuid.uuid4().hex[:12]}"
     versions = (binaries_root() / "VERSIONS").read_text().split("\n")
     print(f"machine: {os.cpu_count()} CPUs, "
@@ -98,8 +110,13 @@ def main_() -> None:
             def measure(label: str, *flags: str) -> None:
                 runner.fresh()
                 seconds, result = build(*flags)
+                totals = step_totals(result)
+                builds.append({"build": label, "flags": list(flags),
+                               "seconds": round(seconds, 1), "steps": totals,
+                               "stages": result["stages"]})
                 print(f"{label:<12} {seconds:7.1f} s   {' '.join(flags) or '(no cache)':<70} "
-                      f"steps: {steps(result)}", flush=True)
+                      f"steps: {', '.join(f'{n} {s}' for s, n in totals.items())}",
+                      flush=True)
 
             try:
                 lock("main")
