@@ -12,6 +12,9 @@
 #   IMAGEBUILD_SLURM_DIR        SLURM state, spool and logs (default /var/lib/imagebuild-slurm)
 #   IMAGEBUILD_ENROOT_USER      unprivileged user the enroot and rootless podman tests run as
 #                               (default imagebuild-enroot)
+#   IMAGEBUILD_BUILDKIT_ROOT    where Debian trixie's dockerd, containerd and buildx are
+#                               unpacked for the registry-cache tests
+#                               (default /opt/imagebuild-buildkit)
 #   IMAGEBUILD_SKIP_APT=1       skip apt-get (packages already installed)
 set -euo pipefail
 
@@ -352,6 +355,52 @@ if [[ ! $state =~ ^(idle|mix|alloc)$ ]]; then
     exit 1
 fi
 say "slurm: node $SLURM_NODE $state in partition debug ($(sinfo --version))"
+
+# --- BuildKit that exports a registry cache: Debian trixie's dockerd, containerd, buildx ---
+# Debian 12's dockerd (20.10) has no --cache-to and its docker client no buildx; trixie's
+# docker.io 26.1, containerd 1.7 and docker-buildx 0.13 can export and import a build cache
+# per stage (buildx's docker driver on the containerd image store). The registry-cache tests
+# run them as a daemon of their own (testbed/private_docker.py), so they are unpacked into
+# $BUILDKIT_ROOT, not installed: the shared dockerd and docker client stay as they are. Their
+# programs need only bookworm's libraries (glibc 2.34 symbols, libsystemd, libcap, ...).
+BUILDKIT_ROOT=${IMAGEBUILD_BUILDKIT_ROOT:-/opt/imagebuild-buildkit}
+BUILDKIT_SUITE=trixie
+BUILDKIT_PACKAGES=(docker.io containerd docker-buildx)
+if [[ -x $BUILDKIT_ROOT/usr/sbin/dockerd && -x $BUILDKIT_ROOT/usr/bin/containerd \
+        && -x $BUILDKIT_ROOT/usr/libexec/docker/cli-plugins/docker-buildx ]]; then
+    say "buildkit: $(paste -sd',' "$BUILDKIT_ROOT/VERSIONS" 2>/dev/null | sed 's/,/, /g') in $BUILDKIT_ROOT"
+elif [[ ${IMAGEBUILD_SKIP_APT:-0} == 1 ]]; then
+    say "IMAGEBUILD_SKIP_APT=1 but $BUILDKIT_ROOT lacks dockerd, containerd or buildx" >&2
+    exit 2
+else
+    # A private apt state that knows the one suite: the machine's sources stay bookworm.
+    apt_dir=$(mktemp -d)
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial" "$apt_dir/parts" \
+        "$apt_dir/preferences.d" "$apt_dir/debs"
+    mirror=$(awk '/^(URIs:|deb )/ { for (i = 1; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) { print $i; exit } }' \
+        /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true)
+    mirror=${mirror:-http://deb.debian.org/debian}
+    printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' \
+        "${mirror%/}" "$BUILDKIT_SUITE" >"$apt_dir/sources.list"
+    apt_opts=(-o APT::Sandbox::User=root -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache::Archives=$apt_dir/archives"
+              -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache="
+              -o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourceParts=$apt_dir/parts"
+              -o "Dir::Etc::Preferences=$apt_dir/preferences" -o "Dir::Etc::PreferencesParts=$apt_dir/preferences.d")
+    say "buildkit: fetching ${BUILDKIT_PACKAGES[*]} from $mirror $BUILDKIT_SUITE"
+    apt-get "${apt_opts[@]}" -qq update
+    (cd "$apt_dir/debs" && apt-get "${apt_opts[@]}" -qq download "${BUILDKIT_PACKAGES[@]}")
+    rm -rf "$BUILDKIT_ROOT.partial"
+    mkdir -p "$BUILDKIT_ROOT.partial"
+    for deb in "$apt_dir"/debs/*.deb; do
+        dpkg-deb -x "$deb" "$BUILDKIT_ROOT.partial"
+        # shellcheck disable=SC2016 # dpkg's own ${...} fields, not the shell's
+        dpkg-deb --show --showformat='${Package} ${Version}\n' "$deb" \
+            >>"$BUILDKIT_ROOT.partial/VERSIONS"
+    done
+    rm -rf "$apt_dir" "$BUILDKIT_ROOT"
+    mv "$BUILDKIT_ROOT.partial" "$BUILDKIT_ROOT"
+    say "buildkit: unpacked $(paste -sd',' "$BUILDKIT_ROOT/VERSIONS" | sed 's/,/, /g') into $BUILDKIT_ROOT"
+fi
 
 # --- enroot: the runtime under CSCS's Container Engine ----------------------------------
 # The tests build enroot from its source (../shared/fixtures/sources/enroot.bundle) with

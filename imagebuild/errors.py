@@ -161,6 +161,11 @@ class ValidateError(ImagebuildError):
     """The validation suite could not run (not: a check failed, which is a result)."""
 
 
+class PromoteError(ImagebuildError):
+    """A tested marker or a stable tag was refused (no proof, a tag that would move), or
+    the registry could not answer."""
+
+
 class TuneError(ImagebuildError):
     """Tuning input (trace, log, CSV, bundle) is unusable, or tuning cannot run."""
 

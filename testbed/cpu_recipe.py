@@ -34,6 +34,19 @@ labels:
 """
 
 
+#: The Swiss AI Megatron-LM bundle's ``main`` and its first parent
+#: (../shared/fixtures/sources/README.md): two pins of the same repository.
+MEGATRON_MAIN = "81d44dbe25c22190989fa8a12284bdb8d1303b40"
+MEGATRON_PARENT = "e182fea25131b81981bc102a0a7420bde9f9f391"
+MEGATRON_SECTION = """\
+megatron:
+  enabled: true
+  repository: https://github.com/swiss-ai/Megatron-LM.git
+  ref: {ref}
+  pypi: [numpy, einops, six, regex, sentencepiece, tiktoken, pyyaml, packaging, pybind11]
+"""
+
+
 def torch_wheel() -> Path:
     """A real CPU torch wheel for Python 3.11, downloaded once into the test cache."""
     directory = cache_dir() / "wheels"

@@ -15,7 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from imagebuild.build.stage_plan import STAGE_DIGESTS_LABEL, label_value, stage_digests
+from imagebuild.build.oci_labels import oci_labels
+from imagebuild.build.sbom_attach import attach_sbom
+from imagebuild.build.stage_plan import (
+    STAGE_DIGESTS_LABEL,
+    label_value,
+    stage_cache_keys,
+    stage_digests,
+)
 from imagebuild.convert.artifacts import (
     Artifact,
     reusable_artifacts,
@@ -33,9 +40,12 @@ from imagebuild.convert.squashfs import (
 )
 from imagebuild.engine.base import Engine
 from imagebuild.engine.build import build_image, resolve_site_ca
+from imagebuild.engine.cache import RegistryCache
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.engine.push import PushedImage, push_image
+from imagebuild.engine.stage_table import StageTable
 from imagebuild.images import BUILD_HASH_LABEL, ImageRef
+from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.site import SiteProfile
 from imagebuild.render.context import BuildContext
 
@@ -65,6 +75,10 @@ class BuildOptions:
     #: how a .sif is made: auto (Apptainer when installed, else siftool around the .sqsh),
     #: apptainer or siftool
     sif_method: str = "auto"
+    #: registry repositories of the stage cache (imagebuild.engine.cache): imported from,
+    #: exported to
+    cache_from: str | None = None
+    cache_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,12 @@ class BuiltImage:
     inventory: Inventory | None = None
     pushed: tuple[PushedImage, ...] = ()
     seconds: dict[str, float] = field(default_factory=dict)
+    #: where each step came from (registry cache, local cache, built), when it was built
+    stages: StageTable | None = None
+    #: why the engine attached no provenance attestation ("" when it did, or nothing built)
+    provenance_note: str = ""
+    #: the SBOM artifact attached to the pushed image (imagebuild.build.sbom_attach)
+    sbom_ref: str | None = None
 
     def artifact(self, kind: str) -> Artifact | None:
         return next((a for a in self.artifacts if a.kind == kind), None)
@@ -126,17 +146,25 @@ def build_and_squash(prepared: PreparedBuild, job: ImageJob, options: BuildOptio
     """Build (or reuse) the image of ``job``, then squash, inventory and push it as
     ``options`` say."""
     started = time.monotonic()
+    table = StageTable(progress)
     image, built = build_or_reuse(prepared, job, options, engine=engine, say=say,
-                                  progress=progress)
+                                  progress=table)
     seconds = {"build": time.monotonic() - started} if built else {}
     result = squash_built(prepared, job, image, options, engine=engine, say=say)
     seconds.update(result.seconds)
     pushed: tuple[PushedImage, ...] = ()
+    sbom_ref = None
     if options.push:
         started = time.monotonic()
-        pushed = push_image(engine, image, options.push)
+        # The canonical (input hash) tag only: in a registry, no tag moves but by promotion
+        # (imagebuild.promote); `latest` names the recipe's last build here.
+        pushed = push_image(engine, replace(image, tags=image.tags[:1]), options.push)
+        if result.inventory is not None:
+            sbom_ref = attach_sbom(pushed[0], result.inventory.sbom)
         seconds["push"] = time.monotonic() - started
-    return replace(result, built=built, pushed=pushed, seconds=seconds)
+    return replace(result, built=built, pushed=pushed, seconds=seconds, sbom_ref=sbom_ref,
+                   stages=table if built else None,
+                   provenance_note=(engine.attestation_problem() or "") if built else "")
 
 
 def build_or_reuse(prepared: PreparedBuild, job: ImageJob, options: BuildOptions, *,
@@ -154,15 +182,30 @@ def build_or_reuse(prepared: PreparedBuild, job: ImageJob, options: BuildOptions
         return replace(existing, tags=job.tags), False
     say(f"building {tag} with {engine.describe()} (log: {job.log_path})")
     site_ca = resolve_site_ca(options.site_ca)
+    cache = None
+    if options.cache_from or options.cache_to:
+        cache = RegistryCache(options.cache_from, options.cache_to,
+                              stage_cache_keys(job.context, job.target))
     image = build_image(
         engine, job.context.dockerfile, job.context.directory, list(job.tags),
-        target=job.target,
-        labels={BUILD_HASH_LABEL: job.build_hash, STAGE_DIGESTS_LABEL: label_value(
-            stage_digests(job.context, prepared.epoch_build_args()))},
+        target=job.target, labels=build_labels(prepared, job),
         build_args=prepared.epoch_build_args(),
         secrets={"site-ca": site_ca} if site_ca else None, log_path=job.log_path,
-        progress=progress, builder=options.builder, no_cache=options.no_cache)
+        progress=progress, builder=options.builder, no_cache=options.no_cache,
+        cache=cache, provenance=engine.attestation_problem() is None)
     return image, True
+
+
+def build_labels(prepared: PreparedBuild, job: ImageJob) -> dict[str, str]:
+    """The labels a build adds to the Dockerfile's own: imagebuild's input hash and stage
+    digests, and the OCI provenance labels the recipe does not set itself
+    (imagebuild.build.oci_labels)."""
+    own = {key for key, _ in prepared.recipe.labels}
+    labels = {key: value for key, value in oci_labels(
+        project_dir(), prepared.lock.source_date_epoch).items() if key not in own}
+    labels.update({BUILD_HASH_LABEL: job.build_hash, STAGE_DIGESTS_LABEL: label_value(
+        stage_digests(job.context, prepared.epoch_build_args()))})
+    return labels
 
 
 def squash_built(prepared: PreparedBuild, job: ImageJob, image: ImageRef,

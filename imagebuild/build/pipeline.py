@@ -18,6 +18,7 @@ from imagebuild.convert.artifacts import Artifact
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.engine.select import open_engine
+from imagebuild.engine.stage_table import StageTable
 from imagebuild.errors import ImagebuildError
 from imagebuild.generated import write_all
 from imagebuild.images import build_tag, image_repository, latest_tag
@@ -113,7 +114,10 @@ def build_stage(prepared: PreparedBuild, options: BuildOptions, stage: str, *,
         job = ImageJob(recipe.name, context, (stage_tag(recipe.name, build_hash, stage),),
                        build_hash, log_path=options.output_dir / recipe.name
                        / f"build-{stage}.log", target=stage)
+        table = StageTable(progress)
         image, built = build_or_reuse(prepared, job, options, engine=engine, say=say,
-                                      progress=progress)
+                                      progress=table)
     return BuiltImage(image=image, built=built,
-                      seconds={"build": time.monotonic() - started} if built else {})
+                      seconds={"build": time.monotonic() - started} if built else {},
+                      stages=table if built else None,
+                      provenance_note=(engine.attestation_problem() or "") if built else "")

@@ -52,12 +52,13 @@ def recheck_tag(recipe: Recipe, build_hash: str) -> str:
 
 def recheck_options(options: BuildOptions, directory: Path) -> BuildOptions:
     """The build's options for the two squashes compared: into ``directory``, no EDF, no
-    push, always rebuilt; a .sif only when wanted and siftool wraps it (Apptainer's own
-    export is not what the build's .sqsh is compared with)."""
+    push, always rebuilt (no registry cache either way); a .sif only when wanted and
+    siftool wraps it (Apptainer's own export is not what the build's .sqsh is compared
+    with)."""
     make_sif = "sif" in options.formats and shutil.which("siftool") is not None
     return replace(options, formats=("sqsh", "sif") if make_sif else ("sqsh",),
                    output_dir=directory, site=None, push=None, no_cache=True,
-                   sif_method="siftool")
+                   sif_method="siftool", cache_from=None, cache_to=None)
 
 
 def check_reproducible(prepared: PreparedBuild, options: BuildOptions, first: BuiltImage, *,

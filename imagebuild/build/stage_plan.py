@@ -138,6 +138,30 @@ def stage_digests(context: BuildContext, build_args: Mapping[str, str]
     return digests
 
 
+def stage_cache_keys(context: BuildContext, target: str | None = None) -> dict[str, str]:
+    """Each stage's key in a registry cache (imagebuild.engine.cache), for the stages a
+    build of ``target`` (None: the last stage) makes and that have steps, in file order: its
+    ``stage`` digest
+    without the build args. The lock's SOURCE_DATE_EPOCH, a build arg, changes at every
+    re-lock, while what a stage does before its ``ARG SOURCE_DATE_EPOCH`` (hipBLASLt's
+    compile) does not; the engine's own per-instruction keys tell the two apart."""
+    _, stages = parse_stages(context.dockerfile.read_text(encoding="utf-8"))
+    if not stages:
+        return {}
+    digests = stage_digests(context, {})
+    parents = {stage.name: stage.parents for stage in stages}
+    wanted: set[str] = set()
+    pending = [target or stages[-1].name]
+    while pending:
+        name = pending.pop()
+        if name in parents and name not in wanted:
+            wanted.add(name)
+            pending.extend(parents[name])
+    # A stage that is only its FROM line has no step to keep.
+    return {stage.name: digests[stage.name]["stage"] for stage in stages
+            if stage.name in wanted and "\n" in stage.text}
+
+
 def label_value(digests: Mapping[str, Mapping[str, str]]) -> str:
     return json.dumps({k: dict(v) for k, v in digests.items()}, separators=(",", ":"),
                       sort_keys=True)

@@ -36,6 +36,7 @@ PATH_PATTERN = r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*(/\*\*)?$"
 REGISTRY = r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$"
 ABSOLUTE_PATH = r"^/[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$"
 LOCAL_INSTALL = r"^\.{1,2}(/[A-Za-z0-9._-]+)*/?$"
+CACHE_NAME = r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$"
 
 
 def _install_problem(value: str) -> str | None:
@@ -67,8 +68,12 @@ CONFIG_SPEC = spec.Obj(
                                        ABSOLUTE_PATH, nullable=True),
         }),
         "registry": spec.Str("a registry and repository like registry.example.org/hpc/rocm, "
-                             "or null", REGISTRY, nullable=True),
+                             "or null (the CI system's own registry)", REGISTRY,
+                             nullable=True),
+        "cache": spec.Str("a repository name below the registry like imagebuild-cache, or "
+                          "null (no registry cache)", CACHE_NAME, nullable=True),
         "validate": spec.Obj(fields={"gpu": spec.Bool()}),
+        "promote": spec.Bool(),
         "artifacts": spec.Obj(fields={
             "images": spec.Bool(),
             "retention_days": spec.Int("days to keep CI artifacts"),
@@ -151,8 +156,13 @@ class HipBlasLtJob:
 class CIConfig:
     install: str
     site: Site
+    #: None: the CI system's own registry (ghcr.io/OWNER/REPO, $CI_REGISTRY_IMAGE)
     registry: str | None
+    #: repository of the stage cache below the registry; None: no registry cache
+    cache: str | None
     validate_gpu: bool
+    #: tested markers after validation, and a promote job on git tags
+    promote: bool
     upload_images: bool
     retention_days: int
     rebuild_all_on: tuple[str, ...]
@@ -169,9 +179,6 @@ class CIConfig:
         data.pop("source")
         return data
 
-    @property
-    def registry_host(self) -> str | None:
-        return self.registry.split("/", 1)[0] if self.registry else None
 
 
 def load_ci_config(project: Path) -> CIConfig:
@@ -259,7 +266,9 @@ def _build_config(data: dict[str, Any], source: str | None) -> CIConfig:
                   squash=tuple(site["squash"]),
                   ca_certificate=site["ca_certificate"]),
         registry=data["registry"],
+        cache=data["cache"],
         validate_gpu=data["validate"]["gpu"],
+        promote=data["promote"],
         upload_images=data["artifacts"]["images"],
         retention_days=data["artifacts"]["retention_days"],
         rebuild_all_on=tuple(data["rebuild_all_on"]),

@@ -48,21 +48,38 @@ def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dic
         config.github.workflow: generated.header([config_input], REGENERATE) + comment(
             "Recipes are not inputs: the plan job works out the affected ones at run time.",
             "Copy to .github/workflows/, or set github.workflow_dir in ci/config.yaml.",
+            *_layout_lines(config),
             *([f"Job hipblaslt: {title};", "its runner: github.runners.hipblaslt."]
               if title else []))
         + github_workflow(config),
         GITLAB_FILE: generated.header([*recipe_inputs_, config_input], REGENERATE) + comment(
             f"Include from .gitlab-ci.yml:  include: [{{local: {GITLAB_FILE}}}]",
-            "One job per recipe, started when the recipe, a parent, its lock, its Dockerfile",
-            "or its EDF file changes; IMAGEBUILD_ALL=true builds every image. Uses the",
-            "default stages (.pre, build); image jobs need runners whose shell is bash.",
+            "Jobs per recipe, started when the recipe, a parent, its lock, its Dockerfile or",
+            "its EDF file changes; IMAGEBUILD_ALL=true builds every image. Uses the default",
+            "stages (.pre, build, test, deploy); image jobs need runners whose shell is bash.",
+            *_layout_lines(config),
             *([f"Job imagebuild:hipblaslt: {title};", "its runner: gitlab.tags.hipblaslt."]
               if title else []))
-        + gitlab_pipeline(inputs, config),
+        + gitlab_pipeline(inputs, config, [r.name for r in recipes if r.hipblaslt.enabled]),
         ACTIONLINT_CONFIG: generated.header([config_input], REGENERATE) + comment(
             f"Use with: actionlint -config-file {ACTIONLINT_CONFIG}")
         + actionlint_config(config),
     }
+
+
+def _layout_lines(config: CIConfig) -> list[str]:
+    """What the jobs do, for the reader of the generated file."""
+    registry = config.registry or "the CI system's own registry"
+    lines = [f"build: on build runners (no GPU), pushed by digest to {registry}"
+             + (f", stage cache in <registry>/{config.cache}" if config.cache else "") + ";",
+             "validate: pulls that digest on " + ("GPU runners" if config.validate_gpu else
+                                                 "build runners (CPU mode)")
+             + ", validates and squashes it"
+             + ("; marks it <canonical-tag>-tested-<report hash>" if config.promote else "")
+             + ";"]
+    if config.promote:
+        lines.append("promote (git tags): the tag as the stable tag of each tested image.")
+    return lines
 
 
 def _check_hipblaslt_job(recipes: Sequence[Recipe], config: CIConfig) -> None:

@@ -1,6 +1,8 @@
-"""The GitLab CI file: one image job per recipe, whose ``rules: changes`` lists that
-recipe's own files and its parents (so the file is regenerated when a recipe is added),
-and a check job that runs whenever any image job does."""
+"""The GitLab CI file: per recipe a build job (stage build, build runner tags), a validation
+job (stage test, GPU runner tags) that takes the build job's result as an artifact, and on
+git tags a promote job (stage deploy, one at a time); their ``rules: changes`` list that
+recipe's own files and its parents (so the file is regenerated when a recipe is added); and
+a check job that runs whenever any image job does."""
 
 from __future__ import annotations
 
@@ -9,12 +11,24 @@ from typing import Any
 
 from imagebuild.ci import hipblaslt_job
 from imagebuild.ci.config import CIConfig
-from imagebuild.ci.image_job import ARTIFACTS_DIR, build_command, image_files, validate_command
+from imagebuild.ci.image_job import (
+    ARTIFACTS_DIR,
+    BUILD_RESULT,
+    LOGS,
+    build_lines,
+    image_files,
+    promote_lines,
+    validate_lines,
+)
 from imagebuild.ci.inputs import RecipeInputs
 from imagebuild.ci.yaml_text import dump, shell_script
 
 #: Where ``imagebuild ci`` writes it; a project includes it from its .gitlab-ci.yml.
 GITLAB_FILE = "ci/gitlab/imagebuild.gitlab-ci.yml"
+#: The default branch and tags write (stage cache, tested markers); merge requests read.
+TRUSTED = ['TRUSTED=false',
+           ('if [ "${CI_COMMIT_BRANCH:-}" = "$CI_DEFAULT_BRANCH" ] || '
+           '[ -n "${CI_COMMIT_TAG:-}" ]; then TRUSTED=true; fi')]
 
 
 def _gitlab_paths(paths: Iterable[str]) -> list[str]:
@@ -22,14 +36,44 @@ def _gitlab_paths(paths: Iterable[str]) -> list[str]:
     return [p[:-2] + "**/*" if p.endswith("/**") else p for p in paths]
 
 
-def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
-    tags = config.gitlab.gpu_tags if config.validate_gpu else config.gitlab.build_tags
-    logs = f"{ARTIFACTS_DIR}/$RECIPE"
+def _variables(config: CIConfig) -> dict[str, str]:
+    variables = {"IMAGEBUILD_INSTALL": config.install, "PYTHONUNBUFFERED": "1"}
+    if config.registry:  # credentials: the project's CI variables of the same names
+        variables["IMAGEBUILD_REGISTRY"] = config.registry
+    else:  # the project's own registry, with the job's own credentials
+        variables.update(IMAGEBUILD_REGISTRY="$CI_REGISTRY_IMAGE",
+                         IMAGEBUILD_REGISTRY_USER="$CI_REGISTRY_USER",
+                         IMAGEBUILD_REGISTRY_PASSWORD="$CI_REGISTRY_PASSWORD")
+    if config.site.profile:
+        variables["IMAGEBUILD_SITE"] = config.site.profile
+    return variables
+
+
+def _template(stage: str, tags: Sequence[str], hours: int, script: list[str],
+              artifacts: dict[str, Any], *, trusted: bool = True) -> dict[str, Any]:
+    job: dict[str, Any] = {"extends": ".imagebuild", "stage": stage}
+    if tags:
+        job["tags"] = list(tags)
+    job["timeout"] = f"{hours}h"
+    job["script"] = ["set -o pipefail", *(TRUSTED if trusted else []), *script]
+    job["artifacts"] = artifacts
+    return job
+
+
+def _artifacts(config: CIConfig, name: str, paths: list[str]) -> dict[str, Any]:
+    return {"name": name, "when": "always", "expire_in": f"{config.retention_days} days",
+            "paths": paths}
+
+
+def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig,
+                    hipblaslt_recipes: Iterable[str] = ()) -> str:
+    """``hipblaslt_recipes``: the recipes that build hipBLASLt; with the registry cache their
+    build jobs start after the hipBLASLt compile job, whose stage they import."""
     force = {"if": '$IMAGEBUILD_ALL == "true"'}
     everything = _gitlab_paths(dict.fromkeys(
         [*config.rebuild_all_on, *(p for item in inputs for p in item.paths)]))
     template: dict[str, Any] = {
-        "variables": {"IMAGEBUILD_INSTALL": config.install, "PYTHONUNBUFFERED": "1"},
+        "variables": _variables(config),
         "before_script": [
             'python3 -m venv "$CI_PROJECT_DIR/.imagebuild-venv"',
             '"$CI_PROJECT_DIR/.imagebuild-venv/bin/pip" install --quiet "$IMAGEBUILD_INSTALL"',
@@ -45,59 +89,49 @@ def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig) -> str:
     # The same paths as the union of the image jobs: it runs whenever one of them does.
     check["rules"] = [force, {"changes": {"paths": everything}}]
 
-    script = ["set -o pipefail",
-              'imagebuild lock --check --strict "$RECIPE"',
-              'imagebuild render --check "$RECIPE"',
-              f'mkdir -p "{logs}"']
-    push_flag = ""
-    if config.registry:
-        script.append(shell_script(
-            "push_args=()",
-            # Only the default branch and tags publish; merge requests never push.
-            'if [ "${CI_COMMIT_BRANCH:-}" = "$CI_DEFAULT_BRANCH" ] || '
-            '[ -n "${CI_COMMIT_TAG:-}" ]; then',
-            f'  printf \'%s\' "$IMAGEBUILD_REGISTRY_PASSWORD" | {config.site.backend} login '
-            f'--username "$IMAGEBUILD_REGISTRY_USER" --password-stdin {config.registry_host}',
-            '  push_args=(--push "$IMAGEBUILD_REGISTRY")',
-            "fi"))
-        push_flag = '"${push_args[@]}"'
-    script.append(build_command(config, f"{logs}/build.log", push_flag))
-    script.append(validate_command(config, f"{logs}/validate.json", f"{logs}/validate.log"))
-    artifacts: dict[str, Any] = {
-        "name": "imagebuild-$RECIPE",
-        "when": "always",
-        "expire_in": f"{config.retention_days} days",
-        "paths": [f"{logs}/", f"{ARTIFACTS_DIR}/$RECIPE.toml"],
-    }
+    validate_tags = config.gitlab.gpu_tags if config.validate_gpu else config.gitlab.build_tags
+    report_paths = [f"{LOGS}/", f"{ARTIFACTS_DIR}/$RECIPE.toml"]
     if config.upload_images:
-        artifacts["paths"] += image_files(config, "$RECIPE")
-    image: dict[str, Any] = {
-        "extends": ".imagebuild",
-        "stage": "build",
-        "needs": [{"job": "imagebuild:check", "optional": True}],
+        report_paths += image_files(config, "$RECIPE")
+    pipeline: dict[str, Any] = {
+        ".imagebuild": template, "imagebuild:check": check,
+        ".imagebuild:build": _template(
+            "build", config.gitlab.build_tags, config.timeout_hours,
+            ['imagebuild lock --check --strict "$RECIPE"', 'imagebuild render --check "$RECIPE"',
+             *build_lines(config)],
+            _artifacts(config, "imagebuild-$RECIPE-build", [BUILD_RESULT, f"{LOGS}/build.log"]),
+            trusted=bool(config.cache)),
+        ".imagebuild:validate": _template(
+            "test", validate_tags, config.timeout_hours, validate_lines(config),
+            _artifacts(config, "imagebuild-$RECIPE", report_paths), trusted=config.promote),
     }
-    if tags:
-        image["tags"] = list(tags)
-    image["timeout"] = f"{config.timeout_hours}h"
-    variables = {}
-    if config.registry:
-        variables["IMAGEBUILD_REGISTRY"] = config.registry
-    if config.site.profile:
-        variables["IMAGEBUILD_SITE"] = config.site.profile
-    if variables:
-        image["variables"] = variables
-    image["script"] = script
-    image["artifacts"] = artifacts
-
-    pipeline: dict[str, Any] = {".imagebuild": template, "imagebuild:check": check,
-                                ".imagebuild:image": image}
+    if config.promote:
+        promote = _template("deploy", config.gitlab.build_tags, 1, promote_lines(),
+                            _artifacts(config, "imagebuild-$RECIPE-promote", [f"{LOGS}/"]),
+                            trusted=False)
+        promote["resource_group"] = "imagebuild-promote"  # a registry cannot compare-and-set
+        pipeline[".imagebuild:promote"] = promote
+    waiting = set(hipblaslt_recipes) if config.hipblaslt_job and config.cache else set()
     for item in inputs:
-        pipeline[f"imagebuild:{item.name}"] = {
-            "extends": ".imagebuild:image",
-            "variables": {"RECIPE": item.name},
-            "rules": [force, {"changes": {
-                "paths": _gitlab_paths([*item.paths, *config.rebuild_all_on])}}],
-        }
+        rules = [force, {"changes": {"paths": _gitlab_paths([*item.paths,
+                                                              *config.rebuild_all_on])}}]
+        needs: list[dict[str, Any]] = [{"job": "imagebuild:check", "optional": True}]
+        if item.name in waiting:
+            needs.append({"job": "imagebuild:hipblaslt", "optional": True})
+        pipeline[f"imagebuild:build:{item.name}"] = {
+            "extends": ".imagebuild:build", "variables": {"RECIPE": item.name},
+            "needs": needs, "rules": rules}
+        built = {"job": f"imagebuild:build:{item.name}", "artifacts": True}
+        pipeline[f"imagebuild:validate:{item.name}"] = {
+            "extends": ".imagebuild:validate", "variables": {"RECIPE": item.name},
+            "needs": [built], "rules": rules}
+        if config.promote:
+            pipeline[f"imagebuild:promote:{item.name}"] = {
+                "extends": ".imagebuild:promote",
+                "variables": {"RECIPE": item.name, "STABLE_TAG": "$CI_COMMIT_TAG"},
+                "needs": [built, {"job": f"imagebuild:validate:{item.name}",
+                                  "artifacts": False}],
+                "rules": [{"if": "$CI_COMMIT_TAG"}]}
     if config.hipblaslt_job is not None:
         item = next(i for i in inputs if i.name == config.hipblaslt_job.recipe)
         pipeline["imagebuild:hipblaslt"] = _hipblaslt_job(config, item, force)
@@ -121,10 +155,11 @@ def _hipblaslt_job(config: CIConfig, item: RecipeInputs, force: dict[str, str]
     compile_job["variables"] = hipblaslt_job.job_variables(job)
     compile_job["script"] = [
         "set -o pipefail",
+        *(TRUSTED if config.cache else []),
         shell_script(*hipblaslt_job.resources_check(config)),
         'imagebuild lock --check --strict "$RECIPE"',
         f'mkdir -p "{logs}"',
-        hipblaslt_job.build_line(config),
+        *hipblaslt_job.build_lines(config),
     ]
     compile_job["artifacts"] = {"name": "imagebuild-$RECIPE-hipblaslt", "when": "always",
                                 "expire_in": f"{config.retention_days} days",

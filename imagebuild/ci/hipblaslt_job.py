@@ -9,7 +9,7 @@ or free disk than that."""
 from __future__ import annotations
 
 from imagebuild.ci.config import CIConfig, HipBlasLtJob
-from imagebuild.ci.image_job import ARTIFACTS_DIR
+from imagebuild.ci.image_job import ARTIFACTS_DIR, cache_lines, login
 
 #: The Dockerfile stage the job builds (imagebuild/render/templates/hipblaslt.j2).
 STAGE = "hipblaslt"
@@ -49,9 +49,15 @@ def log_dir() -> str:
     return f"{ARTIFACTS_DIR}/$RECIPE"
 
 
-def build_line(config: CIConfig) -> str:
-    """The stage build; the recipe comes from $RECIPE, the log goes beside the image jobs'."""
+def build_lines(config: CIConfig) -> list[str]:
+    """The stage build; the recipe comes from $RECIPE, the log goes beside the image jobs'.
+    With the registry cache, the stage's entry is what the image jobs of every recipe with
+    the same hipblaslt stage import."""
     parts = [f'imagebuild build "$RECIPE" --stage {STAGE}', f"--backend {config.site.backend}"]
     if config.site.ca_certificate:
         parts.append(f"--site-ca {config.site.ca_certificate}")
-    return " ".join(parts) + f' 2>&1 | tee "{log_dir()}/{STAGE}-stage.log"'
+    if not config.cache:
+        return [" ".join(parts) + f' 2>&1 | tee "{log_dir()}/{STAGE}-stage.log"']
+    parts.append('"${cache_args[@]}"')
+    return [login(config), *cache_lines(config),
+            " ".join(parts) + f' 2>&1 | tee "{log_dir()}/{STAGE}-stage.log"']

@@ -16,6 +16,7 @@ COMMANDS = [
     "screen",
     "validate",
     "report",
+    "promote",
     "ci",
     "schema",
     "tune",

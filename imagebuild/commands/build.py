@@ -18,6 +18,7 @@ from imagebuild.convert.readiness import check_ready_to_squash
 from imagebuild.convert.sources import add_read_argument
 from imagebuild.convert.squashfs import add_compression_arguments, parse_compression
 from imagebuild.engine.base import Engine
+from imagebuild.engine.cache import checked_repository
 from imagebuild.engine.progress import ProgressDisplay
 from imagebuild.engine.select import BACKENDS
 from imagebuild.errors import BuildError, EngineError
@@ -52,6 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="push the image to REGISTRY (host[:port][/prefix])")
     parser.add_argument("--no-cache", action="store_true",
                         help="rebuild every step even when the image is up to date")
+    parser.add_argument("--cache-from", metavar="REPOSITORY", default=None,
+                        help="take earlier results of each stage from this registry "
+                             "repository (host[:port]/path): a runner that never built the "
+                             "image rebuilds only the stages whose inputs changed")
+    parser.add_argument("--cache-to", metavar="REPOSITORY", default=None,
+                        help="once built, put each stage's results in this registry "
+                             "repository (usually the same as --cache-from)")
     parser.add_argument("--check-reproducible", action="store_true",
                         help="then build the recipe again without cache into a second tag, "
                              "squash both and compare: exit 1, naming the first differing "
@@ -89,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
         output_dir=(args.output_dir or project_dir() / "artifacts").resolve(),
         site=site, push=args.push, no_cache=args.no_cache,
         compression=parse_compression(args.compression, args.level, args.block_size),
-        read=args.read)
+        read=args.read,
+        cache_from=checked_repository(args.cache_from, "--cache-from")
+        if args.cache_from else None,
+        cache_to=checked_repository(args.cache_to, "--cache-to") if args.cache_to else None)
     if args.tuning is not None and args.check_reproducible:
         raise BuildError("--check-reproducible: not with --tuning (check the recipe's "
                          "image, without the bundle)")
@@ -119,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             if args.check_reproducible else 0
     print(f"image {result.image.ref} ({result.image.image_id[:19]}) "
           f"{'built' if result.built else 'up to date'}")
+    print_build_notes(result)
     for line in format_sizes(result.artifacts):
         print(line)
     fresh = result.built or result.squashed or (result.inventory is not None
@@ -134,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
               "or the record)")
     for pushed in result.pushed:
         print(f"pushed {pushed.pinned}")
+    if result.sbom_ref:
+        print(f"sbom attached: {result.sbom_ref}")
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
     print(f"times: {timing}")
     return check_reproducible(prepared, options, result, engine) \
@@ -152,6 +166,7 @@ def run_stage(prepared: PreparedBuild, options: BuildOptions, stage: str, as_jso
         return 0
     print(f"stage {stage} of {prepared.recipe.name}: {result.image.ref} "
           f"({result.image.image_id[:19]}) {'built' if result.built else 'up to date'}")
+    print_build_notes(result)
     if result.seconds:
         print("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
     return 0
@@ -191,12 +206,29 @@ def print_plan(prepared: PreparedBuild, options: BuildOptions) -> int:
     return 0
 
 
+def print_build_notes(result: BuiltImage) -> None:
+    """Where each stage's steps came from, and whether provenance was attached."""
+    if result.stages is not None:
+        print("stages (steps imported from a registry cache, cached here, built):")
+        for line in result.stages.lines():
+            print(f"  {line}")
+    if result.built:
+        print("provenance: " + (f"not attached: {result.provenance_note}"
+                                if result.provenance_note else
+                                "SLSA provenance attestation attached (mode=max)"))
+
+
 def result_json(recipe: str, result: BuiltImage) -> dict:
     return {"recipe": recipe, "image": result.image.ref, "image_id": result.image.image_id,
             "tags": list(result.image.tags), "built": result.built,
             "artifacts": [{"kind": a.kind, "path": str(a.path), "size": a.size,
                            "sha256": a.sha256} for a in result.artifacts],
             "pushed": [p.pinned for p in result.pushed],
+            "pushed_tags": [{"ref": p.ref, "digest": p.digest} for p in result.pushed],
+            "sbom": result.sbom_ref,
+            "stages": result.stages.as_json() if result.stages is not None else None,
+            "provenance": None if not result.built else (
+                result.provenance_note or "attached"),
             "seconds": {k: round(v, 2) for k, v in result.seconds.items()}}
 
 

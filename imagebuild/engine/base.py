@@ -23,6 +23,7 @@ from imagebuild.process import CommandResult, CommandRunner, LineCallback
 
 if TYPE_CHECKING:
     from imagebuild.convert.sources import ImageConfig, ImageSource
+    from imagebuild.engine.cache import RegistryCache
 
 #: Receives a container's output as it comes (bytes, not split into lines).
 OutputCallback = Callable[[bytes], None]
@@ -53,6 +54,11 @@ class BuildRequest:
     no_cache: bool = False
     #: file the engine writes the built image id into.
     iidfile: Path | None = None
+    #: earlier results of the stages, in a registry (imagebuild.engine.cache)
+    cache: RegistryCache | None = None
+    #: attach BuildKit's SLSA provenance attestation (only where ``attestation_problem``
+    #: is None)
+    provenance: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,21 @@ class Engine(ABC):
               keep_lines: int | None = 2000) -> CommandResult:
         argv, env = self.build_command(request)
         return self.runner.run(argv, env=env, on_line=on_line, keep_lines=keep_lines)
+
+    def registry_cache_problem(self) -> str | None:
+        """Why this engine cannot keep a build cache in a registry (None: it can)."""
+        return f"{self.describe()} keeps no build cache in a registry"
+
+    def attestation_problem(self) -> str | None:
+        """Why this engine attaches no provenance attestation to what it builds (None: it
+        does, with ``BuildRequest.provenance``)."""
+        return f"{self.describe()} makes no provenance attestations"
+
+    def cache_export_commands(self, request: BuildRequest
+                              ) -> list[tuple[str, list[str], dict[str, str]]]:
+        """After ``request`` built: (stage, command line, environment) of each export of
+        its registry cache still to run. Empty where the build pushed its cache itself."""
+        return []
 
     @abstractmethod
     def inspect(self, ref: str) -> dict[str, Any]:

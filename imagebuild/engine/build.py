@@ -26,6 +26,7 @@ from typing import IO
 import tenacity
 
 from imagebuild.engine.base import BuildRequest, Engine
+from imagebuild.engine.cache import RegistryCache
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.progress import (
     BuildEvent,
@@ -172,12 +173,16 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
                 labels: Mapping[str, str] | None = None, network: str | None = "host",
                 log_path: Path, progress: ProgressCallback | None = None,
                 builder: str | None = None, no_cache: bool = False,
+                cache: RegistryCache | None = None, provenance: bool = False,
                 retry: RetryPolicy = RetryPolicy()) -> ImageRef:
     """Build ``dockerfile`` in ``context``; tag the result with ``tags`` once it succeeded.
 
     The full output goes to ``log_path`` (rewritten per build; retries appended). Raises
     BuildError naming the failing step with its output tail; KeyboardInterrupt stops the
     build and leaves no tag. ``secrets`` maps BuildKit secret ids to files (see SITE_CA_SECRET_ID).
+    ``cache``: import the stages' earlier results from a registry and, once the image is
+    built and tagged, export this build's (an engine that cannot is refused before the
+    build starts). ``provenance``: attach the engine's provenance attestation.
     """
     dockerfile, context = Path(dockerfile), Path(context)
     if not dockerfile.is_file():
@@ -191,6 +196,9 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
         if not isinstance(engine, DockerEngine):
             raise EngineError(f"--builder {builder}: only valid with the docker backend (buildx)")
         engine = engine.using_builder(builder)  # EngineError when this client has no buildx
+    if cache is not None and (problem := engine.registry_cache_problem()) is not None:
+        flag = "--cache-to" if cache.cache_to else "--cache-from"
+        raise EngineError(f"{flag}: {problem}", hint=CACHE_HINT)
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -208,9 +216,11 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
                 target=target, build_args=dict(build_args or {}),
                 secrets={k: Path(v).resolve() for k, v in (secrets or {}).items()},
                 labels=dict(labels or {}), network=network, no_cache=no_cache,
-                iidfile=iidfile)
+                iidfile=iidfile, cache=cache, provenance=provenance)
+            requests.append(request)
             return _run_attempt(engine, request, log, log_path, progress, attempt, retry)
 
+        requests: list[BuildRequest] = []
         try:
             for attempt_state in retry.retrying(_TransientBuildFailure):
                 with attempt_state:
@@ -223,8 +233,43 @@ def build_image(engine: Engine, dockerfile: Path, context: Path, tags: Sequence[
         for tag in tags:
             engine.tag(image_id, tag)
         _log(log, f"built {image_id}" + (f", tagged {', '.join(tags)}" if tags else ""))
+        _export_cache(engine, requests[-1], log, log_path)
     return ImageRef(ref=tags[0] if tags else image_id, image_id=image_id, tags=tuple(tags),
                     backend=engine.backend)
+
+
+#: What to do when an engine cannot keep its build cache in a registry.
+CACHE_HINT = ("build with docker buildx on a builder that exports caches (a docker-container "
+              "or remote builder: --builder NAME, or a daemon with the containerd image "
+              "store), or with podman 4.4 or newer (--backend podman); or leave out "
+              "--cache-from/--cache-to")
+
+
+def _export_cache(engine: Engine, request: BuildRequest, log: IO[str], log_path: Path) -> None:
+    """The engine's cache exports still to run after the build (BuildKit: one per stage).
+    A failed export fails the build: the image is built and tagged, but the next runner
+    would start from nothing."""
+    for stage, argv, env in engine.cache_export_commands(request):
+        _log(log, f"exporting the build cache of stage {stage}")
+        log.write("$ " + " ".join(argv) + "\n")
+        parser = BuildLogParser(engine.progress_format)  # type: ignore[arg-type]
+
+        def on_line(line: str, parser: BuildLogParser = parser) -> None:
+            log.write(line + "\n")
+            parser.feed(line)
+
+        result = engine.runner.run(argv, env=env, on_line=on_line, keep_lines=200)
+        if result.returncode != 0:
+            failure = parser.failure()
+            error = BuildError(
+                f"exporting the build cache of stage {stage} failed: "
+                f"{_shorten(concise_error(failure.message), 300)}",
+                step=f"cache export of stage {stage}", log_tail="\n".join(failure.tail),
+                log_path=log_path)
+            error.hint = ("the image itself is built and tagged; check that the cache "
+                          "registry answers and takes pushes (log in first), then build "
+                          "again")
+            raise error
 
 
 def _log(log: IO[str], text: str) -> None:

@@ -10,9 +10,10 @@ with ``DOCKER_BUILDKIT=1``), so clients are probed for what they can do, not tak
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,9 @@ from imagebuild.engine.base import (
     OutputCallback,
     RunResult,
     build_flags,
+    last_line,
 )
+from imagebuild.engine.cache import buildkit_export_flags, buildkit_import_flags
 from imagebuild.errors import EngineError
 from imagebuild.images import normalize_image_id, split_reference
 from imagebuild.process import CommandRunner
@@ -34,6 +37,11 @@ if TYPE_CHECKING:
 
 #: Environment variable forcing the docker client binary (path or name on PATH).
 DOCKER_BINARY_ENV = "IMAGEBUILD_DOCKER"
+#: What ``docker info`` reports as the storage driver type of the containerd image store.
+CONTAINERD_STORE = "io.containerd.snapshotter.v1"
+_NOT_PROBED = "not probed"
+#: A push's closing status line: "<tag>: digest: sha256:... size: N".
+_PUSHED = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
 
 
 def docker_sdk_client() -> Any:
@@ -67,6 +75,7 @@ class DockerEngine(Engine):
         self.builder = builder
         self.version = version
         self._client = client
+        self._export_problem: str | None = _NOT_PROBED
 
     def describe(self) -> str:
         if self.binary is None:
@@ -102,9 +111,69 @@ class DockerEngine(Engine):
                 if request.network == "host":
                     # a non-default builder refuses host networking unless entitled
                     argv += ["--allow", "network.host"]
+            argv += buildkit_import_flags(request.cache)
+            if request.provenance:
+                argv.append("--provenance=mode=max")
         else:
             argv = [self.binary, "build", "--progress=plain"]
         return argv + build_flags(request) + [str(request.context)], env
+
+    def registry_cache_problem(self) -> str | None:
+        return self._exports()
+
+    def attestation_problem(self) -> str | None:
+        return self._exports()
+
+    def _exports(self) -> str | None:
+        """Why this client and builder export neither caches nor attestations (None: they
+        do). buildx refuses both on its docker driver unless the daemon keeps images in the
+        containerd image store (https://docs.docker.com/build/cache/backends/); Docker
+        20.10's built-in BuildKit has no ``--cache-to`` and makes no attestations."""
+        if self._export_problem != _NOT_PROBED:
+            return self._export_problem
+        if self.binary is None:
+            problem: str | None = "this docker engine was opened without a client to build with"
+        elif not self.buildx:
+            problem = (f"docker {self.version}'s built-in BuildKit (DOCKER_BUILDKIT=1, no "
+                       "buildx) cannot: `docker build` has no --cache-to and makes no "
+                       "attestations (BUILDKIT_INLINE_CACHE keeps only the final image's "
+                       "layers)")
+        else:
+            problem = self._builder_problem()
+        self._export_problem = problem
+        return problem
+
+    def _builder_problem(self) -> str | None:
+        assert self.binary is not None
+        name = self.builder or "default"
+        inspected = self.runner.run([self.binary, "buildx", "inspect",
+                                     *([self.builder] if self.builder else [])])
+        if inspected.returncode != 0:
+            return f"docker buildx inspect {name} failed: {last_line(inspected.output)}"
+        driver = re.search(r"^Driver:\s*(\S+)", inspected.output, re.MULTILINE)
+        if driver is None or driver[1] != "docker":
+            return None  # docker-container, remote, kubernetes: BuildKit's own exporters
+        try:
+            status = dict(self.client.info().get("DriverStatus") or [])
+        except self._errors().DockerException as exc:
+            return f"docker info failed: {exc}"
+        if status.get("driver-type") == CONTAINERD_STORE:
+            return None
+        return (f"the buildx builder {name} uses the docker driver on a daemon without the "
+                "containerd image store, which exports no cache and no attestations")
+
+    def cache_export_commands(self, request: BuildRequest
+                              ) -> list[tuple[str, list[str], dict[str, str]]]:
+        """One build per stage, from the local cache, exporting that stage's entry."""
+        if request.cache is None or not self.buildx:
+            return []
+        commands = []
+        for stage, ref in request.cache.export_refs().items():
+            argv, env = self.build_command(replace(request, target=stage, tags=(),
+                                                   iidfile=None, provenance=False))
+            argv.remove("--load")
+            commands.append((stage, [*argv[:-1], *buildkit_export_flags(ref), argv[-1]], env))
+        return commands
 
     def _errors(self) -> Any:
         import docker
@@ -166,6 +235,9 @@ class DockerEngine(Engine):
                 if "error" in chunk:
                     raise EngineError(f"docker push {ref} failed: {chunk['error']}")
                 digest = (chunk.get("aux") or {}).get("Digest", digest)
+                # The containerd image store (Docker 26) reports the digest only as text.
+                if not digest and (said := _PUSHED.match(chunk.get("status") or "")):
+                    digest = said[1]
         except self._errors().DockerException as exc:
             raise EngineError(f"docker push {ref} failed: {exc}") from exc
         if not digest:

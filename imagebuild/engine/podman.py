@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,15 @@ from imagebuild.process import CommandResult, CommandRunner
 
 if TYPE_CHECKING:
     from imagebuild.convert.sources import ImageSource
+
+
+#: The first podman with buildah 1.29, whose --cache-from works past ARG instructions.
+MIN_REGISTRY_CACHE_VERSION = (4, 4)
+
+
+def _version_tuple(version: str) -> tuple[int, int] | None:
+    match = re.match(r"^(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
 
 
 class PodmanEngine(Engine):
@@ -49,7 +59,27 @@ class PodmanEngine(Engine):
         # --format docker: the OCI image format drops SHELL (and HEALTHCHECK), which the
         # rendered Dockerfiles rely on for `set -o pipefail`.
         argv = [self.binary, "build", "--layers", "--format", "docker"]
+        cache = request.cache
+        if cache is not None and cache.cache_from:
+            argv += ["--cache-from", cache.cache_from]
+        if cache is not None and cache.cache_to:
+            argv += ["--cache-to", cache.cache_to]
         return argv + build_flags(request) + [str(request.context)], dict(os.environ)
+
+    def registry_cache_problem(self) -> str | None:
+        """buildah before 1.29 (podman before 4.4) never looks in the registry again after
+        an ARG instruction of a stage (containers/buildah#4315, fixed by #4326), and every
+        stage of imagebuild's Dockerfiles but the first declares one: the cache would be
+        pushed and not used. Measured with Debian 12's podman 4.3.1."""
+        version = _version_tuple(self.version)
+        if version is not None and version < MIN_REGISTRY_CACHE_VERSION:
+            return (f"podman {self.version} (buildah 1.28 or older) uses no registry cache "
+                    "after a stage's first ARG instruction, and every stage here has one; "
+                    "podman 4.4 or newer does")
+        return None
+
+    def attestation_problem(self) -> str | None:
+        return f"podman {self.version} makes no provenance attestations".replace("  ", " ")
 
     def inspect(self, ref: str) -> dict[str, Any]:
         result = self._cli("image", "inspect", ref)

@@ -12,10 +12,15 @@ built-in BuildKit and podman 4.3 (tests/engine/data/):
     #6 CACHED | #6 DONE 1.2s | #6 ...   cached, done, interleaved with another step
     #6 ERROR: executor failed running [/bin/sh -c make]: exit code: 2
     failed to solve with frontend dockerfile.v0: ...        (final summary, no #N)
+    #4 importing cache manifest from R  a --cache-from entry; its ERROR (not found) is no failure
+    #6 sha256:c57e... 109B / 109B done  | #6 extracting sha256:c57e...
+                                        a layer pulled for the step: from a registry
+                                        cache (--cache-from), or the base image (FROM)
 
   podman / buildah::
 
     [2/2] STEP 2/3: RUN make            ([stage/stages] only in multi-stage builds)
+    --> Cache pulled from remote R:KEY  pulled from a registry cache (--cache-from)
     --> Using cache 5ac57fa1989...      cached
     --> 5ac57fa1989                     step committed
     Error: building at STEP "RUN make": while running runtime: exit status 2
@@ -37,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from rich.live import Live
 
-EventKind = Literal["step", "output", "cached", "done", "error"]
+EventKind = Literal["step", "output", "cached", "pulled", "done", "error"]
 ProgressFormat = Literal["buildkit", "podman"]
 
 #: How many output lines of each step are kept for the failure message.
@@ -146,8 +151,13 @@ class _Step:
 _BK_LINE = re.compile(r"^#(?P<id>\d+) (?P<rest>.*)$")
 _BK_OUTPUT = re.compile(r"^(?P<secs>\d+\.\d+) (?P<text>.*)$")
 _BK_DONE = re.compile(r"^DONE (?P<secs>\d+(?:\.\d+)?)s$")
-_BK_NAME = re.compile(r"^\[(?:(?P<stage>[^\]\s]+) )?(?P<step>\d+/\d+)\] (?P<instr>.*)$")
+_BK_NAME = re.compile(r"^\[(?:(?P<stage>[^\]\s]+)\s+)?(?P<step>\d+/\d+)\] (?P<instr>.*)$")
 _BK_INTERNAL = re.compile(r"^\[(?P<stage>internal)\] (?P<instr>.*)$")
+# BuildKit's step that reads one --cache-from entry; its ERROR (no such entry yet) is not
+# the build's failure.
+_BK_CACHE_IMPORT = "importing cache manifest from "
+# A layer of the step downloaded or unpacked: the step's result came from a registry.
+_BK_PULLED = re.compile(r"^(sha256:[0-9a-f]{64} .*done$|extracting sha256:[0-9a-f]{64}$)")
 # Lines BuildKit prints about a vertex that are neither output nor a new name.
 _BK_NOISE = re.compile(r"^(sha256:[0-9a-f]{64}|\.\.\.|extracting |resolve |transferring |"
                        r"exporting |writing image |naming to |unpacking |preparing )")
@@ -155,6 +165,7 @@ _BK_NOISE = re.compile(r"^(sha256:[0-9a-f]{64}|\.\.\.|extracting |resolve |trans
 _PM_STEP = re.compile(r"^(?:\[(?P<stage>\d+)/(?P<stages>\d+)\] )?STEP (?P<step>\d+/\d+): "
                       r"(?P<instr>.*)$")
 _PM_CACHE = re.compile(r"^--> Using cache [0-9a-f]+$")
+_PM_PULLED = re.compile(r"^--> Cache pulled from remote (?P<ref>\S+)$")
 _PM_COMMIT = re.compile(r"^--> [0-9a-f]{6,}$")
 _PM_ERROR = re.compile(r"^Error: (?P<msg>.*)$")
 _FROM_AS = re.compile(r"^FROM\s+\S+\s+AS\s+(?P<name>\S+)", re.IGNORECASE)
@@ -214,10 +225,16 @@ class BuildLogParser:
             return [self._event("done", known, elapsed=float(done["secs"]))]
         if rest.startswith(("ERROR:", "ERROR ")):
             message = rest.split(":", 1)[1].strip() if ":" in rest else rest[6:].strip()
+            if known.name.startswith(_BK_CACHE_IMPORT):
+                # a --cache-from entry not (yet) in the registry: BuildKit builds on
+                known.add(message)
+                return [self._event("output", known, text=message)]
             if self.failed_step is None:
                 self.failed_step = step_id
                 self.error_message = message
             return [self._event("error", known, text=message)]
+        if _BK_PULLED.match(rest):
+            return [self._event("pulled", known, text=rest)]
         output = _BK_OUTPUT.match(rest)
         if output:
             known.add(output["text"])
@@ -261,6 +278,9 @@ class BuildLogParser:
             self._podman_current = step_id
             return [self._event("step", step)]
         current = self.steps.get(self._podman_current) if self._podman_current else None
+        if (pulled := _PM_PULLED.match(line)) is not None:
+            return [] if current is None else [self._event("pulled", current,
+                                                           text=pulled["ref"])]
         if _PM_CACHE.match(line):
             if current is None:
                 return []

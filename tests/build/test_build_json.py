@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,20 @@ def test_build_json_is_the_result_alone_and_true_to_the_files(
     assert sqsh["size"] == len(data) and sqsh["sha256"] == hashlib.sha256(data).hexdigest()
     assert Path(sqsh["path"]).parent == project / "artifacts"
     assert {"prepare", "build", "squash"} <= set(first["seconds"]) and first["pushed"] == []
+    # the replayed BuildKit log's steps, per stage; this engine attaches no provenance, and
+    # the document says so
+    assert first["stages"] and all(set(row) == {"imported", "cached", "built"}
+                                   for row in first["stages"].values())
+    assert sum(len(row["built"]) for row in first["stages"].values()) > 0
+    assert first["provenance"].endswith("makes no provenance attestations")
+    # the OCI labels go in at build time, the date the lock's epoch
+    labels = engine.requests[0].labels
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+                        labels["org.opencontainers.image.created"])
     # Again with nothing changed: the same image and artifacts, nothing built.
     assert main(command) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["built"] is False and len(engine.requests) == 1
+    assert second["stages"] is None and second["provenance"] is None
     assert (second["image"], second["image_id"]) == (first["image"], first["image_id"])
     assert [a["sha256"] for a in second["artifacts"]] == [a["sha256"] for a in first["artifacts"]]

@@ -72,7 +72,7 @@ def test_added_recipe_appears_in_both_matrices(git_project: Path, cli) -> None:
     assert cli("ci", "--check")[0] == 0
 
     gitlab = (project / GITLAB_FILE).read_text()
-    assert "imagebuild:rocm-9.9.9:" in gitlab and "RECIPE: rocm-9.9.9" in gitlab
+    assert "imagebuild:build:rocm-9.9.9:" in gitlab and "RECIPE: rocm-9.9.9" in gitlab
     assert re.search(r"^# input recipes/rocm-9\.9\.9\.yaml +sha256:", gitlab, re.MULTILINE)
     # GitHub: the workflow is unchanged; its plan job puts the recipe in the matrix.
     assert (project / "ci/github/imagebuild.yml").read_text() == workflow_before

@@ -17,8 +17,13 @@ from .test_linters import CONFIGS
 
 #: Shell values the generated scripts use, as a runner would expand them.
 EXPANSIONS = {'"$RECIPE"': "rocm-7.0.2", '"$BASE"': "0" * 40, '"$REQUESTED"': "''",
-              '"${push_args[@]}"': "--push registry.example.org/hpc/x"}
-SUBCOMMANDS = ["ci", "lock", "render", "build", "validate"]
+              '"${cache_args[@]}"': "--cache-from registry.example.org/hpc/x/imagebuild-cache "
+                                    "--cache-to registry.example.org/hpc/x/imagebuild-cache",
+              '"$IMAGEBUILD_REGISTRY"': "registry.example.org/hpc/x",
+              '"$image"': "registry.example.org/hpc/x/imagebuild/rocm-7.0.2@sha256:" + "0" * 64,
+              '"$canonical"': "registry.example.org/hpc/x/imagebuild/rocm-7.0.2:0123456789ab",
+              '"$STABLE_TAG"': "2025.06"}
+SUBCOMMANDS = ["ci", "lock", "render", "build", "validate", "squash", "promote"]
 
 
 def scripts(data: object) -> list[str]:
@@ -43,7 +48,8 @@ def command_lines(text: str) -> list[list[str]]:
     commands = []
     for script in scripts(yaml.safe_load(text)):
         for line in script.splitlines():
-            for match in re.finditer(r"(?:^|[|;&]\s*)imagebuild (.*?)(?:\s*2>&1.*)?$", line):
+            for match in re.finditer(r"(?:^|[|;&{]\s*|\bthen\s+)imagebuild ([^;>|]*?)"
+                                     r"(?:\s*(?:2>&1|>|;).*)?$", line):
                 argv = match.group(1)
                 for shell, value in EXPANSIONS.items():
                     argv = argv.replace(shell, value)
@@ -72,8 +78,11 @@ def all_commands(tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
 def test_commands_are_found(all_commands: list[list[str]]) -> None:
     found = {argv[0] for argv in all_commands}
     assert found == set(SUBCOMMANDS)
-    assert ["build", "rocm-7.0.2", "--backend", "podman", "--squash", "sqsh,sif", "--site-ca",
-            "/etc/ssl/ca.pem", "--push", "registry.example.org/hpc/x"] in all_commands
+    assert ["build", "rocm-7.0.2", "--backend", "podman", "--site-ca", "/etc/ssl/ca.pem",
+            "--cache-from", "registry.example.org/hpc/x/imagebuild-cache",
+            "--cache-to", "registry.example.org/hpc/x/imagebuild-cache",
+            "--push", "registry.example.org/hpc/x", "--json"] in all_commands
+    assert ["promote", "stable", EXPANSIONS['"$canonical"'], "2025.06"] in all_commands
 
 
 @pytest.mark.parametrize("subcommand", SUBCOMMANDS)

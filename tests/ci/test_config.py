@@ -53,7 +53,6 @@ github:
     assert config.site.squash == ("sqsh",)  # kept from the defaults
     assert config.github.gpu_runner == ("self-hosted", "mi300a")
     assert config.github.plan_runner == ("ubuntu-latest",)
-    assert config.registry_host == "registry.example.org:5000"
     assert config.validate_gpu is False
 
 

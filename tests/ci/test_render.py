@@ -68,64 +68,118 @@ def test_rendering_is_deterministic(project: Path) -> None:
 
 
 def test_github_default_workflow(project: Path) -> None:
+    """Built once on a build runner (no GPU label) with the stage cache and pushed;
+    validated from that digest on a GPU runner; promoted on git tags."""
     data = workflow(render(project))
-    plan, images = data["jobs"]["plan"], data["jobs"]["images"]
-    assert images["needs"] == "plan"
-    assert images["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
-    assert images["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
-    assert images["strategy"]["fail-fast"] is False
-    assert images["timeout-minutes"] == 360
+    jobs = data["jobs"]
+    plan, build, validate, promote = (jobs[n] for n in ("plan", "build", "validate", "promote"))
+    assert build["runs-on"] == ["self-hosted", "linux", "x64", "docker"]
+    assert "gpu" not in build["runs-on"]
+    assert validate["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
+    assert validate["needs"] == ["plan", "build"] and promote["needs"] == ["plan", "validate"]
+    for job in (build, validate, promote):
+        assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+        assert job["strategy"]["fail-fast"] is False
+        assert job["env"]["RECIPE"] == "${{ matrix.recipe }}"
+    assert build["timeout-minutes"] == 360
     assert "imagebuild ci affected" in all_steps_text(plan)
     assert "imagebuild ci --check" in all_steps_text(plan)
-    run = all_steps_text(images)
+    run = all_steps_text(build)
     for command in ('imagebuild lock --check --strict "$RECIPE"',
                     'imagebuild render --check "$RECIPE"',
-                    'imagebuild build "$RECIPE" --backend docker --squash sqsh',
-                    'imagebuild validate "$RECIPE" --launcher docker --report'):
+                    'cache_args=(--cache-from "$IMAGEBUILD_REGISTRY/imagebuild-cache")',
+                    ('if [ "$TRUSTED" = true ]; then cache_args+=(--cache-to '
+                    '"$IMAGEBUILD_REGISTRY/imagebuild-cache"); fi'),
+                    ('{ imagebuild build "$RECIPE" --backend docker "${cache_args[@]}" --push '
+                    '"$IMAGEBUILD_REGISTRY" --json >"artifacts/$RECIPE/build.json"; }')):
         assert command in run
-    assert "--allow-cpu" not in run and "--push" not in run
-    uploads = [s for s in images["steps"] if str(s.get("uses", "")).startswith(
+    assert "--squash" not in run and "imagebuild validate" not in run
+    checks = all_steps_text(validate)
+    assert 'print(json.load(open(sys.argv[1]))["pushed"][0])' in checks
+    for command in ('docker pull "$image"',
+                    'imagebuild validate "$image" --launcher docker --report',
+                    'imagebuild squash "$RECIPE" --backend docker --formats sqsh',
+                    ('if [ "$TRUSTED" = true ]; then imagebuild promote tested "$canonical" '
+                    '--report "artifacts/$RECIPE/validate.json"; fi')):
+        assert command in checks
+    assert "--allow-cpu" not in checks and "imagebuild build" not in checks
+    assert checks.index("imagebuild validate") < checks.index("imagebuild squash") < \
+        checks.index("promote tested")
+    downloads = [s for s in validate["steps"] if s.get("uses") == "actions/download-artifact@v4"]
+    assert downloads[0]["with"]["name"] == "imagebuild-${{ matrix.recipe }}-build"
+    assert promote["if"].endswith("startsWith(github.ref, 'refs/tags/')")
+    assert promote["env"]["STABLE_TAG"] == "${{ github.ref_name }}"
+    assert 'imagebuild promote stable "$canonical" "$STABLE_TAG"' in all_steps_text(promote)
+    assert promote["concurrency"] == {"group": "imagebuild-promote", "cancel-in-progress": False}
+    # The repository's own registry, with the job's own token.
+    assert data["permissions"] == {"contents": "read", "packages": "write"}
+    assert "ghcr.io/${GITHUB_REPOSITORY,,}" in run
+    assert build["env"]["IMAGEBUILD_REGISTRY_PASSWORD"] == "${{ secrets.GITHUB_TOKEN }}"
+    uploads = [s for s in validate["steps"] if str(s.get("uses", "")).startswith(
         "actions/upload-artifact")]
     assert len(uploads) == 1 and uploads[0]["if"] == "always()"
     # Matrix values reach the shell only through the environment, never spliced into it.
-    assert "${{" not in run
+    for job in jobs.values():
+        assert "${{" not in all_steps_text(job)
     assert data["defaults"]["run"]["shell"] == "bash"  # -eo pipefail: tee hides nothing
     assert set(data["on"]) == {"push", "pull_request", "workflow_dispatch"}
-    assert "recipes/**" in data["on"]["push"]["paths"]
+    assert "recipes/**" in data["on"]["push"]["paths"] and data["on"]["push"]["tags"] == ["*"]
+    assert "refs/tags/" in data["env"]["TRUSTED"] and "pull_request" in data["env"]["TRUSTED"]
 
 
-def test_gitlab_one_job_per_recipe_with_its_parents(project: Path) -> None:
+def test_gitlab_jobs_per_recipe_with_its_parents(project: Path) -> None:
     data = gitlab(render(project))
-    jobs = {k: v for k, v in data.items() if k.startswith("imagebuild:rocm-")}
-    assert sorted(jobs) == ["imagebuild:rocm-10.1.0", "imagebuild:rocm-6.4.4",
-                            "imagebuild:rocm-7.0.2", "imagebuild:rocm-7.0.2-swiss-ai",
-                            "imagebuild:rocm-7.1.1", "imagebuild:rocm-7.14.1",
-                            "imagebuild:rocm-7.2.4"]
-    paths = jobs["imagebuild:rocm-7.0.2"]["rules"][1]["changes"]["paths"]
+    names = ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1",
+             "rocm-7.14.1", "rocm-7.2.4"]
+    for step in ("build", "validate", "promote"):
+        assert sorted(k for k in data if k.startswith(f"imagebuild:{step}:")) == \
+            [f"imagebuild:{step}:{name}" for name in names]
+    build, validate = data["imagebuild:build:rocm-7.0.2"], data["imagebuild:validate:rocm-7.0.2"]
+    paths = build["rules"][1]["changes"]["paths"]
     assert paths[:5] == ["recipes/rocm-7.0.2.yaml", "recipes/_common.yaml",
                          "recipes/pylock.rocm-7.0.2.toml", "dockerfiles/rocm-7.0.2/**/*",
                          "envs/rocm-7.0.2.toml"]
     assert "imagebuild/**/*" in paths and "ci/config.yaml" in paths
     assert not any("rocm-6.4.4" in p for p in paths)
-    assert jobs["imagebuild:rocm-7.0.2"]["variables"] == {"RECIPE": "rocm-7.0.2"}
-    assert jobs["imagebuild:rocm-7.0.2"]["rules"][0] == {"if": '$IMAGEBUILD_ALL == "true"'}
-    template = data[".imagebuild:image"]
-    assert template["tags"] == ["gpu"] and template["timeout"] == "6h"
-    assert template["script"][0] == "set -o pipefail"
-    assert template["artifacts"]["when"] == "always"
+    assert build["variables"] == {"RECIPE": "rocm-7.0.2"}
+    assert build["rules"][0] == {"if": '$IMAGEBUILD_ALL == "true"'}
+    assert validate["rules"] == build["rules"]
+    assert validate["needs"] == [{"job": "imagebuild:build:rocm-7.0.2", "artifacts": True}]
+    # With the stage cache, recipes that build hipBLASLt start after the compile job.
+    assert {"job": "imagebuild:hipblaslt", "optional": True} in build["needs"]
+    assert {"job": "imagebuild:hipblaslt", "optional": True} not in \
+        data["imagebuild:build:rocm-7.14.1"]["needs"]
+    promote = data["imagebuild:promote:rocm-7.0.2"]
+    assert promote["rules"] == [{"if": "$CI_COMMIT_TAG"}]
+    assert promote["variables"] == {"RECIPE": "rocm-7.0.2", "STABLE_TAG": "$CI_COMMIT_TAG"}
+    templates = {step: data[f".imagebuild:{step}"] for step in ("build", "validate", "promote")}
+    assert templates["build"]["tags"] == ["docker"] and templates["build"]["stage"] == "build"
+    assert templates["validate"]["tags"] == ["gpu"] and templates["validate"]["stage"] == "test"
+    assert templates["promote"]["stage"] == "deploy"
+    assert templates["promote"]["resource_group"] == "imagebuild-promote"
+    assert templates["build"]["timeout"] == "6h"
+    for template in templates.values():
+        assert template["script"][0] == "set -o pipefail"
+        assert template["artifacts"]["when"] == "always"
+    script = "\n".join(templates["build"]["script"])
+    assert '"${cache_args[@]}" --push "$IMAGEBUILD_REGISTRY" --json' in script
+    assert "imagebuild promote tested" in "\n".join(templates["validate"]["script"])
     # Logs, report and EDF; not the images (tens of GB) unless configured.
-    assert template["artifacts"]["paths"] == ["artifacts/$RECIPE/", "artifacts/$RECIPE.toml"]
-    assert "variables" not in template  # no registry, no site profile
+    assert templates["validate"]["artifacts"]["paths"] == ["artifacts/$RECIPE/",
+                                                          "artifacts/$RECIPE.toml"]
+    assert data[".imagebuild"]["variables"]["IMAGEBUILD_REGISTRY"] == "$CI_REGISTRY_IMAGE"
+    assert "IMAGEBUILD_SITE" not in data[".imagebuild"]["variables"]
     # The check job runs whenever any image job does (the union of their paths).
     union = set(data["imagebuild:check"]["rules"][1]["changes"]["paths"])
-    for job in jobs.values():
-        assert set(job["rules"][1]["changes"]["paths"]) <= union
+    for name in names:
+        assert set(data[f"imagebuild:build:{name}"]["rules"][1]["changes"]["paths"]) <= union
 
 
 def test_configuration_changes_the_pipelines(project: Path) -> None:
     write_config(project, """\
 version: 1
 registry: registry.example.org/hpc/rocm-pytorch
+cache: null
 site:
   profile: lumi
   backend: podman
@@ -147,30 +201,40 @@ gitlab:
   image: null
 """)
     files = render(project)
-    images = workflow(files)["jobs"]["images"]
-    assert images["runs-on"] == ["self-hosted", "podman"]
-    assert images["strategy"]["max-parallel"] == 2
-    assert images["env"]["IMAGEBUILD_REGISTRY"] == "registry.example.org/hpc/rocm-pytorch"
-    assert images["env"]["IMAGEBUILD_SITE"] == "lumi"  # squash writes the site's EDF
-    assert "github.event_name != 'pull_request'" in images["env"]["PUSH"]
-    run = all_steps_text(images)
-    assert ("--backend podman --squash sqsh,sif --site-ca /etc/ssl/site-ca.pem "
-            '"${push_args[@]}"') in run
-    assert "--allow-cpu" in run
-    assert "podman login" in run and "--password-stdin registry.example.org" in run
-    steps = {step.get("name"): step for step in images["steps"]}
-    assert "Validate (CPU mode)" in steps
+    jobs = workflow(files)["jobs"]
+    build, validate = jobs["build"], jobs["validate"]
+    assert build["runs-on"] == validate["runs-on"] == ["self-hosted", "podman"]
+    assert build["strategy"]["max-parallel"] == 2
+    assert build["needs"] == "plan"  # no cache: nothing to wait for
+    assert workflow(files)["env"]["IMAGEBUILD_REGISTRY"] == "registry.example.org/hpc/rocm-pytorch"
+    assert workflow(files)["env"]["IMAGEBUILD_SITE"] == "lumi"  # squash writes the site's EDF
+    assert workflow(files)["permissions"] == {"contents": "read"}
+    assert build["env"]["IMAGEBUILD_REGISTRY_USER"] == "${{ secrets.IMAGEBUILD_REGISTRY_USER }}"
+    run = all_steps_text(build)
+    assert ('imagebuild build "$RECIPE" --backend podman --site-ca /etc/ssl/site-ca.pem '
+            '"${cache_args[@]}" --push') in run
+    assert "cache_args=()" in run and "--cache-from" not in run
+    assert "podman login" in run and "ghcr.io" not in run
+    checks = all_steps_text(validate)
+    assert "--allow-cpu" in checks and "podman pull" in checks
+    assert "--formats sqsh,sif" in checks
+    assert "promote tested" in checks and checks.count("--allow-cpu") == 2
+    steps = {step.get("name"): step for step in validate["steps"]}
+    assert "Pull by digest, validate (CPU mode), squash, mark tested" in steps
     assert steps["Upload images"]["with"]["path"].splitlines() == [
         "artifacts/${{ matrix.recipe }}.sqsh", "artifacts/${{ matrix.recipe }}.sqsh.sha256",
         "artifacts/${{ matrix.recipe }}.sif", "artifacts/${{ matrix.recipe }}.sif.sha256"]
 
     data = gitlab(files)
-    template = data[".imagebuild:image"]
+    template = data[".imagebuild:validate"]
     assert template["tags"] == ["podman", "x86"] and template["timeout"] == "2h"
     assert template["artifacts"]["paths"] == [
         "artifacts/$RECIPE/", "artifacts/$RECIPE.toml", "artifacts/$RECIPE.sqsh",
         "artifacts/$RECIPE.sqsh.sha256", "artifacts/$RECIPE.sif", "artifacts/$RECIPE.sif.sha256"]
-    assert template["variables"]["IMAGEBUILD_SITE"] == "lumi"
+    assert data[".imagebuild"]["variables"]["IMAGEBUILD_SITE"] == "lumi"
+    assert data[".imagebuild"]["variables"]["IMAGEBUILD_REGISTRY"] == \
+        "registry.example.org/hpc/rocm-pytorch"
+    assert "IMAGEBUILD_REGISTRY_PASSWORD" not in data[".imagebuild"]["variables"]
     assert template["artifacts"]["expire_in"] == "3 days"
     assert "image" not in data["imagebuild:check"]
     script = "\n".join(template["script"])
@@ -183,6 +247,16 @@ gitlab:
     assert "podman info --format '{{.Store.GraphRoot}}'" in compile_run
     assert ('imagebuild build "$RECIPE" --stage hipblaslt --backend podman '
             "--site-ca /etc/ssl/site-ca.pem") in compile_run
+
+
+def test_without_promotion_no_marker_and_no_promote_job(project: Path) -> None:
+    write_config(project, "version: 1\npromote: false\n")
+    files = render(project)
+    jobs = workflow(files)["jobs"]
+    assert "promote" not in jobs and "promote tested" not in all_steps_text(jobs["validate"])
+    data = gitlab(files)
+    assert not any(k.startswith("imagebuild:promote:") for k in data)
+    assert "TRUSTED" not in "\n".join(data[".imagebuild:validate"]["script"])
 
 
 def test_workflow_dir_places_the_workflow(project: Path) -> None:
@@ -245,14 +319,16 @@ def test_the_hipblaslt_compile_job_states_and_gets_what_it_needs(project: Path) 
     assert job["name"] == f"hipBLASLt compile of rocm-7.0.2 ({need})"
     assert job["runs-on"] == ["self-hosted", "linux", "x64", "docker", "large"]
     assert job["timeout-minutes"] == 300 and job["needs"] == "plan"
-    assert job["env"] == {"RECIPE": "rocm-7.0.2", "HIPBLASLT_MEMORY_GB": "64",
-                          "HIPBLASLT_DISK_GB": "100"}
+    assert {k: job["env"][k] for k in ("RECIPE", "HIPBLASLT_MEMORY_GB", "HIPBLASLT_DISK_GB")} \
+        == {"RECIPE": "rocm-7.0.2", "HIPBLASLT_MEMORY_GB": "64", "HIPBLASLT_DISK_GB": "100"}
     assert job["if"].endswith(
         "contains(fromJSON(needs.plan.outputs.matrix).include.*.recipe, 'rocm-7.0.2')")
-    assert job["if"].startswith(workflow(files)["jobs"]["images"]["if"])
+    assert workflow(files)["jobs"]["build"]["if"].endswith(job["if"].split(" && contains(")[0])
+    # its stage goes to the registry cache, which every recipe's build job then imports
+    assert workflow(files)["jobs"]["build"]["needs"] == ["plan", "hipblaslt"]
     run = all_steps_text(job)
-    assert ('imagebuild build "$RECIPE" --stage hipblaslt --backend docker 2>&1 | tee '
-            '"artifacts/$RECIPE/hipblaslt-stage.log"') in run
+    assert ('imagebuild build "$RECIPE" --stage hipblaslt --backend docker "${cache_args[@]}" '
+            '2>&1 | tee "artifacts/$RECIPE/hipblaslt-stage.log"') in run
     assert "too small for the hipBLASLt compile" in job["steps"][0]["run"]
     assert f"# Job hipblaslt: hipBLASLt compile of rocm-7.0.2 ({need});" in files[
         "ci/github/imagebuild.yml"]
@@ -260,11 +336,11 @@ def test_the_hipblaslt_compile_job_states_and_gets_what_it_needs(project: Path) 
     data = gitlab(files)
     compile_job = data["imagebuild:hipblaslt"]
     assert compile_job["tags"] == ["docker", "large"] and compile_job["timeout"] == "5h"
-    assert compile_job["variables"] == job["env"]
+    assert compile_job["variables"] == {k: job["env"][k] for k in compile_job["variables"]}
     script = "\n".join(compile_job["script"])
     assert script.startswith("set -o pipefail\n") and "--stage hipblaslt" in script
     # Started by the same changes as the recipe's image job.
-    assert compile_job["rules"] == data["imagebuild:rocm-7.0.2"]["rules"]
+    assert compile_job["rules"] == data["imagebuild:build:rocm-7.0.2"]["rules"]
     assert f"# Job imagebuild:hipblaslt: hipBLASLt compile of rocm-7.0.2 ({need});" in files[
         GITLAB_FILE]
     assert yaml.safe_load(files[ACTIONLINT_CONFIG])["self-hosted-runner"]["labels"][-1] == \
