@@ -4,7 +4,9 @@ node before a long job; it takes seconds and runs no GPU kernel.
 Items: the amdgpu driver against the image's ROCm (AMD's tested pairs), the node's GPU
 targets against the image's device code, XNACK (HSA_XNACK against amdgpu.noretry), the
 host libfabric's symbol versions against the plugin's, host ROCm bound over the image's,
-two SMI libraries in one process, and MIOpen's cache on a shared file system. What the
+two SMI libraries in one process, the kernel against RCCL's cuMem need under the job's
+runtime, the network plugin's release against its known-bad ranges, two tuners in one
+process, and MIOpen's cache on a shared file system. What the
 image needs comes from a recipe, from an image's manifest (through the container engine,
 or out of a .sif or .sqsh file's squashfs), or (no target, inside an image) from
 /opt/imagebuild/manifest.json; how the site launches it, from --site.
@@ -23,6 +25,7 @@ from imagebuild.errors import RecipeNotFound, ValidateError
 from imagebuild.inimage.doctor.finding import FAIL, PASS, SKIP, WARN, Finding, exit_code, report
 from imagebuild.inimage.doctor.needs import ImageNeeds
 from imagebuild.inimage.doctor.run import format_lines, run_doctor
+from imagebuild.inimage.doctor.runtime import RUNTIMES
 from imagebuild.recipe.site import default_site
 
 COLOURS = {PASS: "green", WARN: "yellow", FAIL: "red", SKIP: "dim"}
@@ -52,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--libfabric-dir", default=None, metavar="DIR",
                         help="the host libfabric's directory (default: the site profile's "
                              "libfabric.library_dir, else the newest /opt/cray/libfabric)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default=None,
+                        help="the container runtime the job uses (rccl-p2p: RCCL's P2P "
+                             "failure is enroot's; default: the site profile's, from the "
+                             "artifact its runtime consumes)")
     parser.add_argument("--in-image", action=argparse.BooleanOptionalAction, default=True,
                         help="for an image target: also run the in-image part in a "
                              "throwaway container (SMI libraries, mounts; default yes)")
@@ -127,9 +134,11 @@ def doctor_findings(args: argparse.Namespace, needs: ImageNeeds, kind: str,
     from imagebuild.recipe.site import load_site
 
     site = load_site(args.site, project_dir()) if getattr(args, "site", None) else None
+    runtime = getattr(args, "runtime", None)
     settings = doctor_settings(site, environ, Path(args.root),
                                bind_host_rocm=getattr(args, "bind_host_rocm", None),
-                               libfabric_dir=args.libfabric_dir)
+                               libfabric_dir=args.libfabric_dir, runtime=runtime,
+                               runtime_from=f"--runtime {runtime}")
     if kind == "here":  # inside the image: its loader and mount table are the ones to read
         settings = inside_image(settings)
     findings = run_doctor(needs, settings)

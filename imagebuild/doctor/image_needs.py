@@ -14,25 +14,40 @@ from imagebuild.inimage.doctor.needs import (
     ImageNeeds,
     needs_beside,
     needs_from_manifest,
+    release_of,
     with_device_code,
 )
 from imagebuild.inimage.image_manifest import load_manifest
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.layout import DEVICE_CODE_REPORT, IMAGE_MANIFEST, VENV
+from imagebuild.render.layout import (
+    DEVICE_CODE_REPORT,
+    IMAGE_MANIFEST,
+    RCCL_TUNER_PREFIX,
+    VENV,
+)
 from imagebuild.render.libfabric import abi_name, abi_of
 from imagebuild.render.plan import plugin_prefix
 
 
 def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
     """Before a build: the recipe's ROCm and targets; the plugin needs the newest symbol
-    version of the libfabric it is built against (fi_getinfo's, the one that moves)."""
+    version of the libfabric it is built against (fi_getinfo's, the one that moves). The
+    plugin stage builds aws-ofi-nccl with --disable-platform-aws, which leaves its tuner out
+    (src/Makefile.am), and ROCm's aws-ofi-rccl has none: the recipe's plugin exports none."""
     plugin = recipe.network_plugin
+    tuner = recipe.rccl_tuner
     return ImageNeeds(
         name=recipe.name, rocm=recipe.rocm, gpu_targets=tuple(recipe.gpu_targets),
         plugin=plugin.enabled,
         plugin_library=f"{plugin_prefix(recipe)}/lib/librccl-net.so" if plugin.enabled else None,
         fabric_needs=(abi_name(abi_of(plugin.libfabric.version)),) if plugin.enabled else (),
-        venv=VENV)
+        venv=VENV,
+        plugin_kind=plugin.kind if plugin.enabled else None,
+        plugin_version=release_of(plugin.source.ref) if plugin.enabled else None,
+        plugin_tuner=() if plugin.enabled else None,
+        # the library the tuner stage installs (render.plan.RcclTunerPlan.library)
+        rccl_tuner_library=f"{RCCL_TUNER_PREFIX}/lib/librccl-tuner.so" if tuner.enabled
+        else None)
 
 
 def needs_from_file(path: Path) -> ImageNeeds:

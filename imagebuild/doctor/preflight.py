@@ -24,6 +24,7 @@ from imagebuild.doctor.site_settings import doctor_settings, inside_image
 from imagebuild.inimage.doctor.finding import Finding
 from imagebuild.inimage.doctor.needs import ImageNeeds
 from imagebuild.inimage.doctor.run import run_doctor
+from imagebuild.inimage.doctor.runtime import RUNTIMES
 from imagebuild.recipe.site import SiteProfile
 
 #: Where the node's /sys and /proc are read (default /): a copy of a node's, or a test's.
@@ -78,7 +79,10 @@ def preflight(target_kind: str, recipe: str | None, image: str | None,
         needs = needs_for_image_file(Path(image))
     else:
         return Preflight((), None, f"cannot read what a {target_kind} target needs from here")
-    settings = doctor_settings(site, environ, root, bind_host_rocm=bind_host_rocm)
+    # A container launcher is the runtime the checks run under (the doctor's rccl-p2p).
+    named = launcher if launcher in RUNTIMES else None
+    settings = doctor_settings(site, environ, root, bind_host_rocm=bind_host_rocm,
+                               runtime=named, runtime_from=f"--launcher {named}")
     if target_kind == "environment":
         settings = inside_image(settings)
     return Preflight(tuple(run_doctor(needs, settings)), needs)

@@ -1,6 +1,8 @@
 """How a site launches the image, as the doctor's probes need it: the job's environment
 (the site's container environment over this one, as the launchers merge them), the
-site's binds, apptainer --rocm, and where the host's libfabric is."""
+site's binds, apptainer --rocm, where the host's libfabric is, and the container runtime
+(named by the launch, else implied by the site: the runtime of the artifact it consumes
+first, a .sqsh for CSCS's Container Engine (enroot), a .sif for Apptainer)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,32 @@ from pathlib import Path
 from imagebuild.inimage.doctor.libfabric import FabricSettings
 from imagebuild.inimage.doctor.miopen import expand
 from imagebuild.inimage.doctor.run import DoctorSettings
+from imagebuild.inimage.doctor.runtime import RUNTIME_OF_FORMAT
 from imagebuild.recipe.site import SiteProfile
 from imagebuild.recipe.site_runtime import site_binds, site_env
 
 
+def site_runtime(site: SiteProfile | None) -> tuple[str | None, str]:
+    """(runtime, what says so) of a site profile: its ``runtime`` where it names one, else
+    the runtime of its first artifact format."""
+    if site is None:
+        return None, ""
+    named = getattr(site, "runtime", None)
+    if isinstance(named, str) and named:
+        return named, f"site {site.name}'s runtime"
+    first = site.formats[0] if site.formats else None
+    runtime = RUNTIME_OF_FORMAT.get(first or "")
+    return runtime, (f"site {site.name} runs .{first} images" if runtime else "")
+
+
 def doctor_settings(site: SiteProfile | None, environ: Mapping[str, str], root: Path,
-                    bind_host_rocm: bool | None = None, libfabric_dir: str | None = None
-                    ) -> DoctorSettings:
+                    bind_host_rocm: bool | None = None, libfabric_dir: str | None = None,
+                    runtime: str | None = None, runtime_from: str = "") -> DoctorSettings:
     env = dict(environ)
     env.update({key: expand(value, dict(environ)) for key, value in site_env(site).items()})
     policy = site.libfabric if site else None
+    if runtime is None:
+        runtime, runtime_from = site_runtime(site)
     return DoctorSettings(
         root=root, env=env, in_image=False,
         fabric=FabricSettings(
@@ -28,9 +46,14 @@ def doctor_settings(site: SiteProfile | None, environ: Mapping[str, str], root: 
             library_dir=libfabric_dir or (policy.library_dir if policy else None)),
         binds=tuple(bind.spec() for bind in site_binds(site)),
         bind_host_rocm=bool(bind_host_rocm if bind_host_rocm is not None else
-                            site.apptainer.bind_host_rocm if site else False))
+                            site.apptainer.bind_host_rocm if site else False),
+        runtime=runtime, runtime_from=runtime_from)
 
 
 def inside_image(settings: DoctorSettings) -> DoctorSettings:
-    """The same settings as seen from inside the image: its loader and mount table."""
-    return replace(settings, in_image=True, fabric=replace(settings.fabric, in_image=True))
+    """The same settings as seen from inside the image: its loader and mount table, and
+    the container's own marks for the runtime, unless the launch named one."""
+    implied = settings.runtime_from.startswith("site ")
+    return replace(settings, in_image=True, fabric=replace(settings.fabric, in_image=True),
+                   runtime=None if implied else settings.runtime,
+                   runtime_from="" if implied else settings.runtime_from)

@@ -34,6 +34,9 @@ RUN_BY = {
         "tests/docs/test_samples.py::test_the_xnack_doctor_sample",
     ("docs/validate.md", "$ imagebuild doctor --root .../two-amd-smi-mi300x"):
         "tests/docs/test_samples.py::test_the_in_image_doctor_sample",
+    ("docs/validate.md", ("$ SLURM_JOB_NUM_NODES=2 imagebuild doctor rocm-7.14.1 --site "
+                         "cscs-beverin --root .../cumem-enroot-two-nodes-beverin")):
+        "tests/docs/test_samples.py::test_the_rccl_p2p_doctor_sample",
     ("docs/validate.md", "$ imagebuild screen --cpu"):
         "tests/validate/test_screen_slurm.py::"
         "test_the_real_node_passes_and_fails_on_its_real_memlock",

@@ -36,6 +36,13 @@ def test_the_in_image_doctor_sample(tmp_path: Path) -> None:
     assert_reproduced(found, run_sample(found, tmp_path, env={**clean_env(), **case.env}))
 
 
+def test_the_rccl_p2p_doctor_sample(tmp_path: Path) -> None:
+    found = sample("docs/validate.md", "SLURM_JOB_NUM_NODES=2 imagebuild doctor")
+    case = build_case("cumem-enroot-two-nodes-beverin", tmp_path)
+    env = {k: v for k, v in clean_env().items() if not k.startswith("SLURM_")}
+    assert_reproduced(found, run_sample(found, tmp_path, env={**env, **case.env}))
+
+
 def test_the_collectives_from_the_fixture_logs(tmp_path: Path) -> None:
     """Run where the sample's relative paths resolve (tests/ beside it) and its output goes
     (tuning/rccl under the run's directory, not the checkout)."""

@@ -2,8 +2,9 @@
 
 Compares the Python version, every wheel the manifest pins (importlib.metadata), the ROCm
 release (/opt/rocm/.info/version) and the HIP version torch was built against, and the
-GPU architecture against the recipe's targets. Without a manifest (a local run) the
-versions are reported and the comparison is skipped, with that reason.
+GPU architecture against the recipe's targets; where the image carries TransformerEngine,
+the settings AMD's training setups give it for the GPU (te_settings.py). Without a manifest
+(a local run) the versions are reported and the comparison is skipped, with that reason.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from ..check_context import Context
 from ..result import NOT_APPLICABLE, CheckResult, judge, skipped
+from . import te_settings
 
 NAME = "environment"
 
@@ -151,6 +153,14 @@ def run(ctx: Context) -> CheckResult:
     arch = ctx.gpu.arch if ctx.gpu else None
     problems, notes, extra = compare(manifest, versions, arch, ctx.gpu.vendor if ctx.gpu else None)
     figures.update(extra)
+    if te_settings.carries_te(manifest, distribution_version("transformer-engine") is not None):
+        on_gpu = bool(arch and ctx.gpu and ctx.gpu.vendor == "amd")
+        te_problems, te_notes, rows = te_settings.compare(
+            os.environ, (arch,) if on_gpu and arch else tuple(manifest.get("gpu_targets") or ()),
+            "this GPU" if on_gpu else "the image's targets; no AMD GPU here")
+        problems += te_problems
+        notes += te_notes
+        figures["transformer_engine_settings"] = rows
     figures["notes"] = notes
     rocm = f", ROCm {versions['rocm']}" if versions.get("rocm") else ""
     ok = (f"python {versions['python']}, torch {versions['torch']}{rocm} and "

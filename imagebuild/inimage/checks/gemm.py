@@ -13,7 +13,9 @@ rotating buffer does (--rotating): reusing one set would leave it partly in cach
 a GEMM training never runs, since a step's next GEMM reads operands the cache has not seen.
 A multiply of (m x k) by
 (k x n) is 2*m*n*k floating-point operations. The headline figure weights each problem
-by how often one training step runs it: all FLOPs of a step over all their time.
+by how often one training step runs it: all FLOPs of a step over all their time. It also
+says which path a biased Linear (torch's addmm) took, the Lt library's or the other BLAS's,
+and whether the environment sets what upstream says for the image's torch (blas_path.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..check_context import Context
 from ..model.llama import LLAMA_3_1_8B, LLAMA_CPU_SMOKE
 from ..model.workload import GemmProblem, gemm_problems, read_gemm_problems
 from ..result import (
+    FAILED,
     INCOMPLETE,
     NO_GPU,
     CheckResult,
@@ -40,6 +43,7 @@ from ..result import (
 from ..taf import summary as taf_summary
 from ..test_hooks import hook_figures, slow_rank_delay
 from ..timing import calibrated_time
+from . import blas_path
 
 NAME = "gemm"
 
@@ -169,7 +173,10 @@ def run(ctx: Context) -> CheckResult:
     if ctx.mode != "gpu":
         if getattr(ctx.options, "cpu_gemm", False):
             return run_on_cpu(ctx)
-        return skipped(NAME, NO_GPU, "GPU-only: bf16 GEMM throughput needs a GPU")
+        blas = blas_path.report(ctx.device)
+        return skipped(NAME, NO_GPU, "GPU-only: bf16 GEMM throughput needs a GPU; a biased "
+                       f"Linear's path: cannot tell ({blas['observed']['why']})",
+                       {"biased_linear": blas})
     wrong = check_correctness(ctx.device)
     if wrong:
         return failed(NAME, wrong)
@@ -188,10 +195,28 @@ def run(ctx: Context) -> CheckResult:
     torch.cuda.empty_cache()
     label = ctx.gpu.name if ctx.gpu else "this GPU"
     result = evaluate(per_shape, ctx.peak_tflops, ctx.thresholds, label, origin)
+    result = with_biased_linear(result, blas_path.report(ctx.device),
+                                amd=bool(ctx.gpu and ctx.gpu.vendor == "amd"))
     return replace(result, figures={**result.figures, "last_level_cache_bytes": llc,
                                     "operands": f"rotated through more than "
                                                 f"{ROTATE_OVER_CACHE}x the last-level cache",
                                     **hook_figures(delay)})
+
+
+def with_biased_linear(result: CheckResult, blas: dict[str, Any], amd: bool) -> CheckResult:
+    """``result`` with the biased Linear's path in its figures and reason; failed on an AMD
+    GPU whose torch bypasses hipBLASLt for it by default while the environment does not set
+    what upstream says (DISABLE_ADDMM_HIP_LT=0)."""
+    observed, setting = blas["observed"], blas["setting"]
+    said = (f"a biased Linear took the {observed['path']} path ({observed['library']}: "
+            f"{observed['why']})" if observed.get("path") else
+            f"a biased Linear's path: cannot tell ({observed['why']})")
+    figures = {**result.figures, "biased_linear": blas}
+    if amd and not setting.get("ok", True):
+        problem = f"{said}; {setting['why']}"
+        reason = f"{result.reason}; {problem}" if result.status == FAILED else problem
+        return replace(failed(NAME, reason, figures, result.details), duration_s=result.duration_s)
+    return replace(result, reason=f"{result.reason}; {said}", figures=figures)
 
 
 def run_on_cpu(ctx: Context) -> CheckResult:
@@ -209,7 +234,8 @@ def run_on_cpu(ctx: Context) -> CheckResult:
     figures = {"shapes": [{k: v for k, v in s.items() if k != "flops"} for s in per_shape],
                "tflops": round(tflops, 4), "dtype": "float32", "peak_tflops": None, **taf,
                "problems_from": "the CPU proxy model's training GEMMs (seq 256)",
-               "last_level_cache_bytes": CPU_LLC_BYTES, **hook_figures(delay)}
+               "last_level_cache_bytes": CPU_LLC_BYTES, **hook_figures(delay),
+               "biased_linear": blas_path.report(ctx.device)}
     return passed(NAME, f"CPU proxy: {tflops * 1e3:.1f} GFLOP/s float32 over {len(problems)} "
                   f"GEMMs of the CPU proxy model (no threshold on CPU); TAF-style "
                   f"{(taf['taf_tflops'] or 0) * 1e3:.1f} GFLOP/s, best shape "

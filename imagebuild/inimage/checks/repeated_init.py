@@ -2,8 +2,9 @@
 
 Jobs that start, fail and restart, and frameworks that rebuild their groups, create
 communicators again and again; where that breaks it breaks intermittently: ROCm
-7.14/10.0's RCCL (cuMem) crashed or hung in 20-30 % of two-node launches on MI300A nodes
-with a 6.4 kernel under enroot, none under Podman (eth-cscs/alps-extended-images,
+7.14/10.0's RCCL (2.30.4), which turns cuMem off below kernel 6.8 and shares buffers through
+legacy IPC handles, crashed or hung in 20-30 % of two-node launches on MI300A nodes with a
+6.4 kernel under enroot, none under Podman (eth-cscs/alps-extended-images,
 hooks.d/10-rccl-p2p-workaround.sh, which sets NCCL_P2P_DISABLE=1 there). One try proves
 little; CYCLES tries in a row show such a rate. Each cycle creates a process group over
 all ranks (RCCL/NCCL build the communicator at its first collective), all-reduces a

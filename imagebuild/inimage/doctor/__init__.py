@@ -9,7 +9,8 @@ shaped like /sys and /proc of an MI250X, MI300A or MI300X node.
 - needs.py: what the image needs, from its manifest
 - node.py: what the node has, from /sys and /proc under the root
 - elf.py, libraries.py: ELF dynamic sections and symbol versions, and library lookup
-- one module per item: driver, gfx, xnack, libfabric, rocm_binds, smi, miopen
+- one module per item: driver, gfx, xnack, libfabric, rocm_binds, smi, rccl_p2p, plugin_release,
+  tuners, miopen; runtime.py: the container runtime and the job's nodes they depend on
 - run.py: all items in order; cli.py: the in-image command
 - before_checks.py: the in-image runner's first step (validate stops on a failed item)
 """

@@ -1,5 +1,6 @@
 """What the dynamic loader reads from a shared library: DT_NEEDED, RPATH/RUNPATH, SONAME,
-and the symbol versions it defines (.gnu.version_d) and needs (.gnu.version_r).
+the symbol versions it defines (.gnu.version_d) and needs (.gnu.version_r), and the
+symbols it exports (.dynsym), which dlsym finds.
 
 Standard library only (no binutils in every image): the structures are those of the
 System V gABI and the LSB's symbol versioning
@@ -14,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SHT_DYNAMIC = 6
+SHT_DYNSYM = 11
+#: st_info's binding: what dlsym can find (gABI, "Symbol Binding").
+STB_GLOBAL, STB_WEAK = 1, 2
 SHT_GNU_VERDEF = 0x6FFFFFFD
 SHT_GNU_VERNEED = 0x6FFFFFFE
 DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 14, 15, 29
@@ -34,6 +38,9 @@ class DynamicInfo:
     defines: tuple[str, ...]
     #: Library file name -> version tags needed from it.
     needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Defined global and weak symbols of .dynsym (what dlsym finds), e.g.
+    #: ncclTunerPlugin_v3.
+    exports: tuple[str, ...] = ()
 
 
 def _cstr(table: bytes, offset: int) -> str:
@@ -76,8 +83,16 @@ def _parse(data: bytes) -> DynamicInfo:
     runpath: list[str] = []
     defines: list[str] = []
     needs: dict[str, tuple[str, ...]] = {}
+    exports: list[str] = []
     for section in sections:
-        if section["type"] == SHT_DYNAMIC:
+        if section["type"] == SHT_DYNSYM:
+            names = strtab(section)
+            # Elf64_Sym: st_name (4), st_info (1), st_other (1), st_shndx (2), value, size.
+            for offset in range(section["offset"], section["offset"] + section["size"], 24):
+                name, info, _, shndx = struct.unpack_from("<IBBH", data, offset)
+                if shndx and info >> 4 in (STB_GLOBAL, STB_WEAK) and name:
+                    exports.append(_cstr(names, name))
+        elif section["type"] == SHT_DYNAMIC:
             names = strtab(section)
             for offset in range(section["offset"], section["offset"] + section["size"], 16):
                 tag, value = struct.unpack_from("<qQ", data, offset)
@@ -117,4 +132,5 @@ def _parse(data: bytes) -> DynamicInfo:
                 if not following:
                     break
                 offset += following
-    return DynamicInfo(soname, tuple(needed), tuple(rpath), tuple(runpath), tuple(defines), needs)
+    return DynamicInfo(soname, tuple(needed), tuple(rpath), tuple(runpath), tuple(defines), needs,
+                       tuple(exports))

@@ -9,6 +9,7 @@ and, per kernel library torch loads, its kernel files per target."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,18 @@ class ImageNeeds:
     #: (None: no report), and its kernel libraries.
     device_code_targets: tuple[str, ...] | None = None
     kernel_libraries: tuple[KernelLibrary, ...] = ()
+    #: RCCL's release where the manifest records one (an RCCL pinned apart from ROCm);
+    #: None: the ROCm release's own (rccl_p2p.RCCL_OF_ROCM).
+    rccl_version: str | None = None
+    #: The network plugin's project (aws-ofi-nccl, aws-ofi-rccl) and release ("1.18.0";
+    #: None where the build followed a branch or commit).
+    plugin_kind: str | None = None
+    plugin_version: str | None = None
+    #: The ncclTunerPlugin_v<N> symbols the plugin exports; None: not known here.
+    plugin_tuner: tuple[str, ...] | None = None
+    #: imagebuild's RCCL tuner plugin (None: the image has none) and its configuration.
+    rccl_tuner_library: str | None = None
+    rccl_tuner_config: str | None = None
 
     @property
     def rocm_line(self) -> str | None:
@@ -50,9 +63,20 @@ class ImageNeeds:
         return ".".join(self.rocm.split(".")[:2]) if self.rocm else None
 
 
+#: A release tag: v1.18.0, 1.21.1, v1.13.2-aws (aws-ofi-nccl's tags).
+RELEASE_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)(?:-aws)?$")
+
+
+def release_of(ref: Any) -> str | None:
+    """"v1.18.0" -> "1.18.0"; None for a branch or a commit."""
+    match = RELEASE_TAG.match(str(ref or ""))
+    return match.group(1) if match else None
+
+
 def needs_from_manifest(manifest: dict[str, Any], name: str | None = None) -> ImageNeeds:
     plugin = section(manifest, "network_plugin")
     elf: dict[str, Any] = plugin["elf"] if isinstance(plugin.get("elf"), dict) else {}
+    tuner = section(manifest, "rccl_tuner")
     targets = manifest.get("gpu_targets") or []
     return ImageNeeds(
         name=name or str(manifest.get("recipe") or "image"),
@@ -62,7 +86,12 @@ def needs_from_manifest(manifest: dict[str, Any], name: str | None = None) -> Im
         plugin_library=plugin.get("library") or elf.get("library") or None,
         fabric_needs=tuple(elf.get("libfabric_versions_needed") or plugin.get(
             "libfabric_versions_needed") or ()),
-        venv=manifest.get("venv") or None)
+        venv=manifest.get("venv") or None,
+        rccl_version=section(manifest, "rccl").get("version") or None,
+        plugin_kind=plugin.get("kind") or None,
+        plugin_version=plugin.get("version") or release_of(plugin.get("ref")),
+        rccl_tuner_library=(tuner.get("library") or None) if tuner.get("enabled") else None,
+        rccl_tuner_config=(tuner.get("config") or None) if tuner.get("enabled") else None)
 
 
 def read_device_code(path: str | Path) -> dict[str, Any] | None:

@@ -1,5 +1,6 @@
 """Every doctor item, in the order a user fixes them: driver and GPUs first, then the
-libraries, then storage."""
+libraries, then the collectives' stack (RCCL against the kernel and runtime, the network
+plugin's release, its tuner beside imagebuild's), then storage."""
 
 from __future__ import annotations
 
@@ -7,13 +8,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import driver, gfx, libfabric, miopen, rocm_binds, smi, xnack
+from . import (
+    driver,
+    gfx,
+    libfabric,
+    miopen,
+    plugin_release,
+    rccl_p2p,
+    rocm_binds,
+    smi,
+    tuners,
+    xnack,
+)
 from .finding import FAIL, PASS, SKIP, WARN, Finding, skipped
 from .libfabric import FabricSettings
 from .needs import ImageNeeds
 from .node import Node
+from .runtime import Runtime, in_container, named
 
-ITEMS = ("driver", "gfx", "xnack", "libfabric", "rocm-binds", "smi", "miopen")
+ITEMS = ("driver", "gfx", "xnack", "libfabric", "rocm-binds", "smi", "rccl-p2p", "plugin",
+         "tuners", "miopen")
 
 
 @dataclass(frozen=True)
@@ -30,6 +44,19 @@ class DoctorSettings:
     bind_host_rocm: bool = False
     #: Where the image's tree is in this mount namespace (a test's scratch tree).
     image_root: str = "/"
+    #: The container runtime the job uses (runtime.RUNTIMES), from the host's launch or
+    #: site; inside the image it is read from the container (None here).
+    runtime: str | None = None
+    #: What named the runtime (the launcher, --runtime, the site profile).
+    runtime_from: str = ""
+
+
+def job_runtime(settings: DoctorSettings) -> Runtime:
+    if settings.runtime:
+        return named(settings.runtime, settings.runtime_from or "the launch")
+    if settings.in_image:
+        return in_container(settings.root, settings.env)
+    return Runtime(None, "no runtime named (doctor --runtime, or a site profile)")
 
 
 def run_doctor(needs: ImageNeeds, settings: DoctorSettings,
@@ -48,7 +75,14 @@ def run_doctor(needs: ImageNeeds, settings: DoctorSettings,
     else:
         findings += [rocm_binds.check_launch(settings.binds, settings.bind_host_rocm),
                      skipped(smi.ITEM, "reads the image's libraries: the in-image part checks it")]
-    findings.append(miopen.check(node, env))
+    exports = tuners.plugin_tuner(settings.root, needs, settings.in_image)
+    findings += [
+        rccl_p2p.check(node, needs, env, job_runtime(settings)),
+        plugin_release.check(node, needs, env, tuners.uses_plugin_tuner(
+            needs, env, exports, settings.in_image)),
+        tuners.check(needs, env, exports, settings.in_image),
+        miopen.check(node, env),
+    ]
     return findings
 
 

@@ -48,7 +48,7 @@ def build_case(name: str, directory: Path) -> NodeCase:
             build_libfabric(out, library["libfabric"])
         elif "plugin_against" in library:
             build_plugin(out, root / library["plugin_against"].lstrip("/"),
-                         tuple(library.get("needed", ())))
+                         tuple(library.get("needed", ())), tuple(library.get("exports", ())))
         else:
             build_library(out, out.name, library["needed"], library.get("runpath"))
     return NodeCase(name, root, manifest, case.get("env", {}), case.get("site"),

@@ -58,14 +58,17 @@ def build_libfabric(out: Path, release: str) -> Path:
         script.unlink()
 
 
-def build_plugin(out: Path, libfabric: Path, needed: tuple[str, ...] = ()) -> Path:
+def build_plugin(out: Path, libfabric: Path, needed: tuple[str, ...] = (),
+                 exports: tuple[str, ...] = ()) -> Path:
     """A net plugin calling fi_getinfo, linked against ``libfabric`` (it needs that
-    library's default fi_getinfo version), exporting ncclNetPlugin_v8; ``needed``: more
+    library's default fi_getinfo version), exporting ncclNetPlugin_v8 and ``exports`` (e.g.
+    ncclTunerPlugin_v3, as aws-ofi-nccl built for AWS carries its tuner); ``needed``: more
     DT_NEEDED entries (stubs link them)."""
     stubs = _stubs(out.parent / ".stubs-plugin", needed)
+    extra = "".join(f"int {name} = 1;\n" for name in exports)
     try:
         return _compile(out, "extern int fi_getinfo(void);\nint ncclNetPlugin_v8 = 8;\n"
-                        "int plugin_init(void) { return fi_getinfo(); }\n",
+                        f"{extra}int plugin_init(void) {{ return fi_getinfo(); }}\n",
                         "-Wl,--no-as-needed", f"-L{libfabric.parent}", "-l:libfabric.so.1",
                         f"-L{stubs}", *[f"-l:{name}" for name in needed])
     finally:

@@ -72,6 +72,35 @@ def test_reads_libfabric_versions_and_a_plugins_needs(tmp_path: Path) -> None:
     assert read_dynamic(old).soname == "libfabric.so.1"
 
 
+def readelf_exports(path: Path) -> list[str]:
+    """Defined GLOBAL and WEAK symbols of .dynsym, as readelf --dyn-syms lists them."""
+    found = []
+    for line in readelf("--dyn-syms", str(path)).splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and fields[0].endswith(":") and fields[4] in ("GLOBAL", "WEAK") \
+                and fields[6] != "UND":
+            found.append(fields[7].split("@")[0])
+    return found
+
+
+@pytest.mark.parametrize("library", SYSTEM_LIBRARIES)
+def test_reads_the_exported_symbols_readelf_lists(library: str) -> None:
+    info = read_dynamic(Path(library))
+    assert sorted(info.exports) == sorted(readelf_exports(Path(library)))
+    assert len(info.exports) > 10
+
+
+def test_a_plugins_tuner_export_is_read(tmp_path: Path) -> None:
+    fabric = build_libfabric(tmp_path / "1.22/libfabric.so.1", "1.22")
+    plain = build_plugin(tmp_path / "plain/librccl-net.so", fabric)
+    tuned = build_plugin(tmp_path / "tuned/librccl-net.so", fabric,
+                         exports=("ncclTunerPlugin_v3",))
+    assert "ncclNetPlugin_v8" in read_dynamic(plain).exports
+    assert not [s for s in read_dynamic(plain).exports if s.startswith("ncclTunerPlugin")]
+    assert "ncclTunerPlugin_v3" in read_dynamic(tuned).exports
+    assert sorted(read_dynamic(tuned).exports) == sorted(readelf_exports(tuned))
+
+
 def test_refuses_what_is_not_an_elf64_library(tmp_path: Path) -> None:
     text = tmp_path / "libfabric.so.1"
     text.write_text("INPUT(libfabric.so.1.22)\n")  # a linker script, as some -dev packages ship

@@ -4,11 +4,9 @@ case names, and every other item passes (or does not apply); the healthy nodes p
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from imagebuild.doctor.site_settings import doctor_settings
+from imagebuild.doctor.site_settings import doctor_settings, inside_image
 from imagebuild.inimage.doctor.finding import FAIL, PASS, SKIP, exit_code
 from imagebuild.inimage.doctor.needs import (
     DEVICE_CODE_FILE,
@@ -25,8 +23,7 @@ def doctor(case: NodeCase) -> dict[str, tuple[str, str, str]]:
     site = load_site(case.site) if case.site else None
     settings = doctor_settings(site, case.env, case.root)
     if case.in_image:
-        settings = replace(settings, in_image=True,
-                           fabric=replace(settings.fabric, in_image=True))
+        settings = inside_image(settings)
     needs = with_device_code(needs_from_manifest(case.manifest), read_device_code(
         case.root / "opt/imagebuild" / DEVICE_CODE_FILE))
     findings = run_doctor(needs, settings)
