@@ -26,12 +26,11 @@ import datetime as _dt
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import torch.distributed as dist
 
 from .job_rank import Launch, expand_nodelist
 
@@ -138,6 +137,8 @@ def meet(launch: Launch, host: str, timeout_s: float,
     def failure(why: str, joined: dict[int, str]) -> RendezvousFailed:
         return RendezvousFailed(why, launch.world_size, joined, placed, master, timeout_s)
 
+    import torch.distributed as dist  # here: `tune` imports this module on hosts without torch
+
     try:
         store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size,
                               launch.rank == 0, timeout=timeout, wait_for_workers=False)
@@ -200,6 +201,7 @@ _LOST = re.compile(r"timed out|timeout|connection (?:closed|reset|refused)|broke
 
 def ranks_lost(exc: BaseException) -> bool:
     """True when ``exc`` means a peer rank did not take part (timed out, went away)."""
+    dist = sys.modules.get("torch.distributed")  # an error of it means torch was loaded
     dist_error = getattr(dist, "DistError", None)
     if dist_error is not None and isinstance(exc, dist_error):
         return True

@@ -77,3 +77,15 @@ def test_a_recorded_command_runs_without_torch_here(no_torch, tmp_path):
     proc = shapes(no_torch, tmp_path, "--", sys.executable, "-c", "print('no GEMM')")
     assert proc.returncode == 2 and "recorded no GEMM" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_in_image_cli_tunes_without_torch(no_torch, sources, tmp_path):
+    """The image's own entry point (``python -m imagebuild.inimage``, what `tune` runs in a
+    container) loads without torch too: a hipBLASLt-only image or a bare node can tune."""
+    proc = subprocess.run([sys.executable, "-m", "imagebuild.inimage", "tune", "shapes",
+                           "--trace", str(sources / "trace.json"),
+                           "--out", str(tmp_path / "problems.csv")],
+                          env=no_torch, cwd=tmp_path, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "problems.csv").is_file()
