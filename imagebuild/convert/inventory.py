@@ -53,7 +53,7 @@ def sbom_inputs(plan: BuildPlan) -> SbomInputs:
     recipe = plan.recipe
     return SbomInputs(
         recipe=recipe.name, lock=plan.lock,
-        hipblaslt_subdir=recipe.hipblaslt.subdir if plan.hipblaslt else ".",
+        hipblaslt_subdir=plan.hipblaslt.subdir if plan.hipblaslt else ".",
         plugin_kind=plan.plugin.kind if plan.plugin else None,
         libfabric_version=plan.plugin.libfabric_version if plan.plugin else None,
         rccl_tuner=(plan.rccl_tuner.url, plan.rccl_tuner.sha256) if plan.rccl_tuner else None)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from imagebuild.components.rccl_tuner.component import section as rccl_tuner_section
 from imagebuild.convert.read_file import read_from_image_file
 from imagebuild.errors import ValidateError
 from imagebuild.inimage.doctor.needs import (
@@ -34,8 +35,7 @@ def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
     version of the libfabric it is built against (fi_getinfo's, the one that moves). The
     plugin stage builds aws-ofi-nccl with --disable-platform-aws, which leaves its tuner out
     (src/Makefile.am), and ROCm's aws-ofi-rccl has none: the recipe's plugin exports none."""
-    plugin = recipe.network_plugin
-    tuner = recipe.rccl_tuner
+    plugin: Any = recipe.components["network_plugin"]
     return ImageNeeds(
         name=recipe.name, rocm=recipe.rocm, gpu_targets=tuple(recipe.gpu_targets),
         plugin=plugin.enabled,
@@ -46,7 +46,7 @@ def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
         plugin_version=release_of(plugin.source.ref) if plugin.enabled else None,
         plugin_tuner=() if plugin.enabled else None,
         # the library the tuner stage installs (render.plan.RcclTunerPlan.library)
-        rccl_tuner_library=f"{RCCL_TUNER_PREFIX}/lib/librccl-tuner.so" if tuner.enabled
+        rccl_tuner_library=f"{RCCL_TUNER_PREFIX}/lib/librccl-tuner.so" if rccl_tuner_section(recipe)
         else None)
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+from imagebuild.components.transformer_engine.component import TORCH_SDIST as TE_TORCH_SDIST
 from imagebuild.errors import LockError
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.lock.model import Lock
 from imagebuild.recipe import grammar
-from imagebuild.recipe.model import TE_TORCH_SDIST, Recipe
+from imagebuild.recipe.model import Recipe
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -48,11 +50,14 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
             raise LockError(f"{where}: {wheel.name}: sha256 {wheel.sha256!r} is not 64 hex")
         if not wheel.url.startswith(("https://", "http://", "file://")):
             raise LockError(f"{where}: {wheel.name}: url {wheel.url!r} is not http(s)/file")
-    for key, git, enabled in (("hipblaslt", lock.hipblaslt, recipe.hipblaslt.enabled),
-                              ("network-plugin", lock.network_plugin,
-                               recipe.network_plugin.enabled),
-                              ("megatron", lock.megatron, recipe.megatron.enabled),
-                              ("rccl-tests", lock.rccl_tests, recipe.rccl_tests.enabled)):
+    def on(name: str) -> bool:
+        section = recipe.components.get(name)
+        return section is not None and section.enabled
+
+    for key, git, enabled in (("hipblaslt", lock.hipblaslt, on("hipblaslt")),
+                              ("network-plugin", lock.network_plugin, on("network_plugin")),
+                              ("megatron", lock.megatron, on("megatron")),
+                              ("rccl-tests", lock.rccl_tests, on("rccl_tests"))):
         if not enabled:
             continue
         if git is None:
@@ -60,12 +65,14 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
                             f"run `imagebuild lock {recipe.name}`")
         if not _COMMIT.match(git.commit):
             raise LockError(f"{where}: {key} commit {git.commit!r} is not 40 hex")
-    if recipe.transformer_engine.enabled:
+    engine: Any = recipe.components.get("transformer_engine")
+    if engine is not None and engine.enabled:
+        version = engine.version
         built = lock.sdist(TE_TORCH_SDIST)
-        if built is None or built.version != recipe.transformer_engine.version:
-            raise LockError(f"{where}: no {TE_TORCH_SDIST} {recipe.transformer_engine.version} "
+        if built is None or built.version != version:
+            raise LockError(f"{where}: no {TE_TORCH_SDIST} {version} "
                             f"source archive; run `imagebuild lock {recipe.name}`")
-    if recipe.network_plugin.enabled:
+    if on("network_plugin"):
         archive = lock.libfabric
         if archive is None:
             raise LockError(f"{where}: [tool.imagebuild.sources.libfabric] missing; "

@@ -31,6 +31,9 @@ from packaging.requirements import Requirement
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from imagebuild.components.network_plugin.component import section as plugin_section
+from imagebuild.components.transformer_engine.component import TORCH_SDIST as TE_TORCH_SDIST
+from imagebuild.components.transformer_engine.component import section as te_section
 from imagebuild.errors import CommandFailed, HashMismatch, LockError, SourceError
 from imagebuild.generated import GeneratedFile, check, write_all
 from imagebuild.lock.epoch import relock_text
@@ -40,7 +43,7 @@ from imagebuild.lock.model import Lock, LockedArchive, LockedGit
 from imagebuild.lock.requires import PinnedWheel, check_pins_agree, provides_extra
 from imagebuild.lock.sdist import sdist_build_requires, sdist_requires
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
-from imagebuild.recipe.model import ROCM_SELECTOR, TE_TORCH_SDIST, GitSource, Recipe
+from imagebuild.recipe.model import ROCM_SELECTOR, GitSource, Recipe
 
 if TYPE_CHECKING:
     from imagebuild.lock.cache import CachedFile, DownloadCache
@@ -145,8 +148,8 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         links.mkdir()
         pinned: dict[str, dict[str, Any]] = {}
         downloaded: list[PinnedWheel] = []
-        engine = recipe.transformer_engine
-        for name, version in recipe.wheels.pinned + engine.wheel_pins():
+        engine = te_section(recipe)
+        for name, version in recipe.wheels.pinned + (engine.wheel_pins() if engine else ()):
             found = index.find(name, version, python=recipe.python)
             progress(f"wheel {found.filename}")
             known = previous.get(found.filename)
@@ -188,12 +191,16 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         progress(f"git ls-remote {source.repository}")
         return resolve_git(source.repository, source.ref, options.git_mirrors)
 
-    hipblaslt = pin(recipe.hipblaslt.source) if recipe.hipblaslt.enabled else None
-    megatron = pin(recipe.megatron.source) if recipe.megatron.enabled else None
-    rccl_tests = pin(recipe.rccl_tests.source) if recipe.rccl_tests.enabled else None
+    def git(name: str) -> LockedGit | None:
+        section: Any = recipe.components.get(name)
+        return pin(section.source) if section is not None and section.enabled else None
+
+    hipblaslt = git("hipblaslt")
+    megatron = git("megatron")
+    rccl_tests = git("rccl_tests")
     network_plugin = libfabric = None
-    if recipe.network_plugin.enabled:
-        plugin = recipe.network_plugin
+    plugin = plugin_section(recipe)
+    if plugin is not None:
         network_plugin = pin(plugin.source)
         url = mirrored(plugin.libfabric.url, options.git_mirrors)
         progress(f"libfabric {url}")
@@ -220,8 +227,8 @@ def _source_archives(recipe: Recipe, index: WheelIndex, cache: DownloadCache,
     entries, and the requirements they add to the resolution: the pins of the wheels they
     come with, what they require (PKG-INFO) and what their build needs (the image builds
     them without isolation, with what the lock installed)."""
-    engine = recipe.transformer_engine
-    if not engine.enabled:
+    engine = te_section(recipe)
+    if engine is None:
         return [], ()
     found = index.find_sdist(TE_TORCH_SDIST, engine.version)
     progress(f"source archive {found.filename}")

@@ -17,9 +17,11 @@ from typing import Any
 
 import yaml
 
+from imagebuild import components
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
 from imagebuild.project import project_dir
 from imagebuild.recipe import grammar, spec
+from imagebuild.recipe.format import defaults, lookup, recipe_spec
 from imagebuild.recipe.gpu_family import (
     FamilyError,
     device_extras,
@@ -30,46 +32,14 @@ from imagebuild.recipe.gpu_family import (
 from imagebuild.recipe.model import (
     RADEON_INDEX,
     ROCM_WHEELS_INDEX,
-    GitSource,
-    HipBlasLt,
-    Libfabric,
-    Megatron,
-    NetworkPlugin,
-    RcclTests,
-    RcclTuner,
     Recipe,
-    TransformerEngine,
+    Section,
     WheelLayout,
     Wheels,
 )
 from imagebuild.recipe.rocm_layout import is_therock_line, system_prefix
-from imagebuild.recipe.rocm_layout import release as rocm_release
 
 RECIPE_SUFFIX = ".yaml"
-
-#: Values a recipe may leave out. Shared parts belong in a parent recipe, not here: these
-#: are only the switches whose absence has one obvious meaning.
-DEFAULTS: dict[str, Any] = {
-    "description": "",
-    "os_packages": [],
-    "rocm_from": "base_image",
-    "build_packages": [],
-    "sites": [],
-    "python": "3.12",
-    "gpu_targets": [],
-    "accept_untested_targets": [],
-    "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True,
-                  "rocroller": True},
-    "network_plugin": {"enabled": False, "kind": "aws-ofi-nccl"},
-    "megatron": {"enabled": False, "pypi": []},
-    "transformer_engine": {"enabled": False},
-    "rccl_tests": {"enabled": False},
-    "rccl_tuner": {"enabled": False, "example_dir": "ext-tuner/example",
-                   "interface_adapter": True},
-    "env": {},
-    "labels": {},
-    "dockerfile": {"syntax": "docker/dockerfile:1.7"},
-}
 
 Path_ = tuple[str, ...]
 
@@ -232,7 +202,7 @@ def _check_file(file: Path, data: dict, origins: dict[Path_, Origin],
                                 f"recipe format {data['version']} is newer than this imagebuild "
                                 f"reads ({spec.FORMAT_VERSION}); upgrade imagebuild"))
         return
-    check_against_spec(spec.RECIPE, data, (), file, origins, problems)
+    check_against_spec(recipe_spec(), data, (), file, origins, problems)
 
 
 def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
@@ -341,7 +311,7 @@ def _merge(into: dict[str, Any], child: dict[str, Any], path: Path_) -> None:
         here = path + (key,)
         if isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value, here)
-        elif value is None and isinstance(spec.lookup(path), spec.Table):
+        elif value is None and isinstance(lookup(path), spec.Table):
             into.pop(key, None)
         else:
             into[key] = _copy(value)
@@ -356,7 +326,7 @@ def _copy(value: Any) -> Any:
 
 
 def _with_defaults(merged: dict[str, Any]) -> dict[str, Any]:
-    out = {k: _copy(v) for k, v in DEFAULTS.items()}
+    out = {k: _copy(v) for k, v in defaults().items()}
     _merge(out, merged, ())
     return out
 
@@ -369,13 +339,13 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         origin = origins.get(at) or origins.get(at[:-1]) or origins.get(at[:1]) or Origin(path, 0)
         problems.append(Problem(origin.file, origin.line or None, _dotted(at), message))
 
-    for key in spec.RECIPE.required:
+    for key in spec.CORE.required:
         if key not in merged:
             problem((key,), "missing (required in the recipe or a parent it extends)")
     if problems:
         return None
     data = _with_defaults(merged)
-    # Not in DEFAULTS: the directory depends on the release line (rocm_layout).
+    # Not a default: the directory depends on the release line (rocm_layout).
     data.setdefault("rocm_prefix", system_prefix(data["rocm"]))
     for name, value in data["wheels"]["packages"].items():
         if value is None:
@@ -384,8 +354,6 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         problem(("wheels", "packages"), "must pin torch (the image exists to run it)")
 
     rocm = data["rocm"]
-    hip = data["hipblaslt"]
-    plugin = data["network_plugin"]
     rocm_wheels = data["rocm_from"] == "wheels"
     family = layout = None
     extras: tuple[str, ...] = ()
@@ -408,74 +376,11 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
             problem(("wheels", "index_url"), "{family} is only known when rocm_from is wheels")
         index_url = index_url.replace("{family}", family or "")
 
-    megatron = data["megatron"]
-    tests = data["rccl_tests"]
-    # Sources pinned by commit; Megatron alone is plain Python and C++ (a CPU image may
-    # carry it), the others compile against ROCm.
-    git_sections = (("hipblaslt", hip), ("network_plugin", plugin), ("rccl_tests", tests),
-                    ("megatron", megatron))
-    for section, what in git_sections:
-        if not what.get("enabled"):
-            continue
-        if rocm is None and section != "megatron":
-            problem((section, "enabled"), "needs a ROCm release (rocm is null: CPU-only image)")
-        for key in ("repository", "ref"):
-            if key not in what:
-                problem((section, key), f"missing (required when {section}.enabled is true)")
-    if hip.get("enabled") and not data["gpu_targets"]:
-        problem(("hipblaslt", "enabled"), "needs gpu_targets to list the GPUs to build "
-                "hipBLASLt for (building for every target takes hours)")
-    if hip.get("enabled") and rocm is not None:
-        _hipblaslt_option_checks(hip, rocm, problem)
-    if plugin.get("enabled"):
-        libfabric = plugin.get("libfabric") or {}
-        for key in ("version", "url"):
-            if key not in libfabric:
-                problem(("network_plugin", "libfabric", key),
-                        "missing (required when network_plugin.enabled is true)")
-        if plugin["kind"] == "aws-ofi-rccl" and str(libfabric.get("version", "")).startswith("2."):
-            # libfabric 2.0 dropped container_of from its public headers, which the fork's
-            # sources still use: the build stops with "implicit declaration of function
-            # 'container_of'" (ROCm/aws-ofi-rccl, branch cxi).
-            problem(("network_plugin", "libfabric", "version"),
-                    "aws-ofi-rccl does not compile against libfabric 2.x (it uses "
-                    "container_of, which libfabric 2 no longer defines); use a 1.x release "
-                    "such as 1.22.0, or kind aws-ofi-nccl")
-    if tests.get("enabled") and rocm is not None and not data["gpu_targets"]:
-        problem(("rccl_tests", "enabled"), "needs gpu_targets to list the GPUs to build "
-                "the benchmarks for (hipcc's default target is the build machine's GPU)")
-    tuner = data["rccl_tuner"]
-    if tuner.get("enabled"):
-        if rocm is None:
-            problem(("rccl_tuner", "enabled"), "needs a ROCm release (rocm is null: CPU-only "
-                    "image): the plugin is checked against the image's RCCL")
-        for key in ("url", "sha256"):
-            if key not in tuner:
-                problem(("rccl_tuner", key), "missing (required when rccl_tuner.enabled is "
-                        "true)")
-    engine = data["transformer_engine"]
-    if engine.get("enabled"):
-        if "version" not in engine:
-            problem(("transformer_engine", "version"),
-                    "missing (required when transformer_engine.enabled is true)")
-        for name in ("transformer-engine", "transformer-engine-rocm", "transformer-engine-torch"):
-            if name in data["wheels"]["packages"]:
-                problem(("wheels", "packages", name), "set by transformer_engine.version: "
-                        "leave TransformerEngine's packages out of wheels.packages")
-    # Megatron's stage needs only a compiler, make and the Python headers, which the plan
-    # adds itself (imagebuild.render.layout.SOURCE_BUILD_PACKAGES).
-    builds = [section for section, what in (("hipblaslt", hip), ("network_plugin", plugin))
-              if what.get("enabled")]
-    if builds and not data["build_packages"]:
-        problem((builds[0], "enabled"), "needs build_packages: the OS packages the source "
-                "builds use (compilers, autotools, the ROCm development packages)")
+    sections = _component_rules(data, problem)
     if problems:
         return None
 
-    def source(section: dict[str, Any]) -> GitSource:
-        return GitSource(repository=section.get("repository", ""), ref=section.get("ref", ""))
-
-    libfabric = plugin.get("libfabric") or {}
+    pypi = data["wheels"].get("pypi", [])
     return Recipe(
         name=path.stem,
         path=path,
@@ -491,30 +396,13 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         wheels=Wheels(
             index_url=index_url,
             pinned=tuple(sorted(data["wheels"]["packages"].items())),
-            # Megatron's own requirements are locked like every other wheel.
-            extra=tuple(data["wheels"].get("pypi", [])) + tuple(
-                r for r in megatron["pypi"] if megatron["enabled"]
-                and r not in data["wheels"].get("pypi", [])),
+            # The components' own requirements (Megatron's) are locked like every other wheel.
+            extra=tuple(pypi) + tuple(
+                r for c in components.registered() if c.name in sections
+                and sections[c.name].enabled
+                for r in c.requirements(sections[c.name]) if r not in pypi),
         ),
         gpu_targets=tuple(data["gpu_targets"]),
-        hipblaslt=HipBlasLt(enabled=hip["enabled"], source=source(hip), subdir=hip["subdir"],
-                            clients=hip["clients"], tuning_kit=hip["tuning_kit"],
-                            logic_filter=hip.get("logic_filter"), rocroller=hip["rocroller"]),
-        network_plugin=NetworkPlugin(
-            enabled=plugin["enabled"], kind=plugin["kind"], source=source(plugin),
-            libfabric=Libfabric(version=libfabric.get("version", ""),
-                                url=libfabric.get("url", "").replace(
-                                    "{version}", libfabric.get("version", ""))),
-        ),
-        transformer_engine=TransformerEngine(enabled=engine["enabled"],
-                                             version=str(engine.get("version", ""))),
-        megatron=Megatron(enabled=megatron["enabled"], source=source(megatron),
-                          requirements=tuple(megatron["pypi"])),
-        rccl_tests=RcclTests(enabled=tests["enabled"], source=source(tests)),
-        rccl_tuner=RcclTuner(enabled=tuner["enabled"], url=tuner.get("url", ""),
-                             sha256=tuner.get("sha256", ""), example_dir=tuner["example_dir"],
-                             interface_adapter=tuner["interface_adapter"],
-                             config=tuner.get("config")),
         env=tuple(data["env"].items()),
         labels=tuple(sorted(data["labels"].items())),
         dockerfile_syntax=data["dockerfile"]["syntax"],
@@ -524,36 +412,9 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         wheel_layout=layout,
         device_extras=extras,
         accept_untested_targets=tuple(data["accept_untested_targets"]),
+        components=sections,
         as_written={k: v for k, v in data.items() if k != "extends"},
     )
-
-
-#: The first ROCm release whose hipBLASLt install.sh takes each build option. ROCm/hipBLASLt
-#: added --logic-yaml-filter (-> Tensile_LOGIC_FILTER) on develop in #1007 (2024-09-25),
-#: after the rocm-6.3 release branch was cut (release/rocm-rel-6.3.0.1 has no such option),
-#: so 6.4 is the first release line with it; the rocm-libraries monorepo's
-#: projects/hipblaslt/install.sh keeps it (-> TENSILELITE_LOGIC_FILTER). --skip_rocroller
-#: (HIPBLASLT_ENABLE_ROCROLLER=OFF) exists from 7.0, when rocRoller joined hipBLASLt; 6.x
-#: builds no rocRoller. install.sh's getopt stops the build on an option it does not know.
-HIPBLASLT_OPTION_SINCE = {"logic_filter": (6, 4), "rocroller": (7, 0)}
-
-
-def _hipblaslt_option_checks(hip: dict[str, Any], rocm: str,
-                             problem: Callable[[Path_, str], None]) -> None:
-    """Refuse a hipBLASLt build option the recipe's release cannot take."""
-    line = rocm_release(rocm)
-    asked = {"logic_filter": hip.get("logic_filter") is not None,
-             "rocroller": hip.get("rocroller") is False}
-    for key, since in HIPBLASLT_OPTION_SINCE.items():
-        if asked[key] and line < since:
-            first = ".".join(map(str, since))
-            what = ("install.sh has no --logic-yaml-filter before it (6.x's -l/--logic, "
-                    "Tensile_LOGIC, picks a whole logic set such as asm_full, not a file "
-                    "filter)" if key == "logic_filter" else
-                    "hipBLASLt builds no rocRoller before it (and its install.sh has no "
-                    "--skip_rocroller)")
-            problem(("hipblaslt", key), f"needs ROCm >= {first}; this recipe is ROCm {rocm}: "
-                    f"{what}. Remove the key")
 
 
 def _wheels_layout(data: dict[str, Any], index_url: str | None
@@ -601,32 +462,29 @@ def _wheels_checks(data: dict[str, Any], problem: Callable[[Path_, str], None]) 
     """What a recipe whose ROCm comes from wheels cannot ask for."""
     if data["rocm"] is None:
         problem(("rocm_from",), "wheels needs rocm: the ROCm SDK version the wheels pin")
-    if data["hipblaslt"].get("enabled"):
-        # The libraries wheel ships the libhipblaslt that torch preloads through
-        # rocm_sdk.initialize_process (TheRock docs/packaging/python_packaging.md): a source
-        # build would be a second copy nothing loads, unless it replaced a file inside a
-        # wheel's directory, which `rocm-sdk test` and the wheel's RECORD would disown.
-        problem(("hipblaslt", "enabled"),
-                "must be false with rocm_from: wheels: torch loads the libhipblaslt of the "
-                "rocm-sdk-libraries wheel, so a source build would go unused (`imagebuild "
-                "tune gemm` then tunes with TunableOp alone)")
-    if data["rccl_tests"].get("enabled"):
-        problem(("rccl_tests", "enabled"),
-                "must be false with rocm_from: wheels: the rccl-tests stage compiles with "
-                "the base image's hipcc against its RCCL (rocm_prefix), which such a base "
-                "does not have")
-    if data["rccl_tuner"].get("enabled"):
-        problem(("rccl_tuner", "enabled"),
-                "must be false with rocm_from: wheels: the tuner stage checks the plugin "
-                "against the base image's RCCL (rocm_prefix), which such a base does not have")
-    if data["network_plugin"].get("enabled"):
-        problem(("network_plugin", "enabled"),
-                "must be false with rocm_from: wheels: the plugin stage compiles against "
-                "ROCm in the base image (rocm_prefix), not yet against the SDK's devel "
-                "wheel; use a 7.x recipe for multi-node Slingshot images")
     if "rocm" in data["wheels"]["packages"]:
         problem(("wheels", "packages", "rocm"),
                 "leave the selector out: the lock adds rocm[libraries]==<rocm> itself")
+
+
+def _component_rules(data: dict[str, Any], problem: Callable[[Path_, str], None]
+                     ) -> dict[str, Section]:
+    """Each component's rules over its section when on, then its typed settings: every
+    section that is on, and the first format's sections when off too."""
+    sections: dict[str, Section] = {}
+    builds = []
+    for component in components.registered():
+        section = data[component.name]
+        if section.get("enabled"):
+            component.rules(section, data, problem)
+            if component.needs_build_packages:
+                builds.append(component.name)
+        if section.get("enabled") or component.always_recorded:
+            sections[component.name] = component.read(section, data)
+    if builds and not data["build_packages"]:
+        problem((builds[0], "enabled"), "needs build_packages: the OS packages the source "
+                "builds use (compilers, autotools, the ROCm development packages)")
+    return sections
 
 
 def load_all(project: Path | None = None) -> tuple[list[Recipe], list[RecipeError]]:

@@ -192,8 +192,12 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
     recipe, lock = plan.recipe, plan.lock
     if lock is None:
         raise LockError(f"{recipe.name}: not locked; a manifest records locked pins only")
-    plugin = recipe.network_plugin
-    hip = recipe.hipblaslt
+    plugin: Any = recipe.components["network_plugin"]
+    hip: Any = recipe.components["hipblaslt"]
+
+    def on(name: str) -> bool:
+        section = recipe.components.get(name)
+        return section is not None and section.enabled
     data: dict[str, Any] = {
         "schema": 1,
         "generator": f"imagebuild {__version__}",
@@ -215,10 +219,10 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
                                     for arch, url, sha in UV_WHEELS}}},
         "hipblaslt": {"enabled": hip.enabled},
         "network_plugin": {"enabled": plugin.enabled},
-        "megatron": {"enabled": recipe.megatron.enabled},
-        "transformer_engine": {"enabled": recipe.transformer_engine.enabled},
-        "rccl_tests": {"enabled": recipe.rccl_tests.enabled},
-        **({"rccl_tuner": {"enabled": True}} if recipe.rccl_tuner.enabled else {}),
+        "megatron": {"enabled": on("megatron")},
+        "transformer_engine": {"enabled": on("transformer_engine")},
+        "rccl_tests": {"enabled": on("rccl_tests")},
+        **({"rccl_tuner": {"enabled": True}} if on("rccl_tuner") else {}),
         "rocm_from": recipe.rocm_from,
     }
     engine = plan.transformer_engine

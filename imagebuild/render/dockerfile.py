@@ -76,30 +76,33 @@ def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
 
     The same facts tests/render/test_cache.py proves over the rendered stage graph.
     """
+    def on(name: str) -> bool:
+        section = recipe.components.get(name)
+        return section is not None and section.enabled
+
     plan = [("base", "FROM the pinned base image, nothing added", "base image digest")]
-    if (recipe.hipblaslt.enabled or recipe.network_plugin.enabled or recipe.megatron.enabled
-            or recipe.transformer_engine.enabled or recipe.rccl_tests.enabled
-            or recipe.rccl_tuner.enabled):
+    if any(on(name) for name in recipe.components):
         plan.append(("toolchain", "base + compilers, ROCm development packages",
                      "base image"))
-    if recipe.hipblaslt.enabled:
+    if on("hipblaslt"):
         plan.append(("hipblaslt", "toolchain + hipBLASLt build + tuning kit",
                      "hipBLASLt repository/commit, GPU targets (source layer: commit only)"))
-    if recipe.network_plugin.enabled:
-        plan.append(("plugin", f"toolchain + libfabric + {recipe.network_plugin.kind}",
+    if on("network_plugin"):
+        kind = recipe.components["network_plugin"].kind  # type: ignore[attr-defined]
+        plan.append(("plugin", f"toolchain + libfabric + {kind}",
                      "libfabric archive, plugin repository/commit"))
-    if recipe.rccl_tests.enabled:
+    if on("rccl_tests"):
         plan.append(("rccl-tests", "toolchain + rccl-tests' *_perf benchmarks",
                      "rccl-tests repository/commit, GPU targets"))
-    if recipe.rccl_tuner.enabled:
+    if on("rccl_tuner"):
         plan.append(("rccl-tuner", "toolchain + RCCL's example tuner plugin and its probe",
                      "tuner archive (url, sha256), interface adapter"))
     plan.append(("python", "base + uv + /opt/venv from the lock",
                  "wheel pins (the lock's wheels), Python version"))
-    if recipe.transformer_engine.enabled:
+    if on("transformer_engine"):
         plan.append(("transformer-engine", "toolchain + TransformerEngine's torch extension",
                      "its locked source archive, the venv, GPU targets"))
-    if recipe.megatron.enabled:
+    if on("megatron"):
         plan.append(("megatron", "toolchain + Megatron-LM, dataset helpers compiled",
                      "Megatron repository/commit, the venv"))
     plan.append(("final", "base + runtime packages + the stages' installs",

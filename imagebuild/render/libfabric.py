@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from imagebuild.errors import ImagebuildError, RenderError
 from imagebuild.lock.check import display
@@ -69,7 +70,8 @@ def libfabric_target(recipe: Recipe, project: Path | None = None) -> LibfabricTa
     """The plugin's libfabric constraints for ``recipe``; RenderError when its sites'
     policy and its libfabric release cannot work together."""
     where = display(recipe.path)
-    build = recipe.network_plugin.libfabric.version
+    plugin: Any = recipe.components["network_plugin"]
+    build = plugin.libfabric.version
     sites = _sites(recipe, project)
     bound: list[tuple[str, SiteProfile]] = []
     for site in sites:

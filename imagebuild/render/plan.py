@@ -7,14 +7,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from imagebuild.components.transformer_engine.component import TORCH_SDIST as TE_TORCH_SDIST
 from imagebuild.errors import RenderError
 from imagebuild.lock.check import display
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.model import Lock, LockedGit
 from imagebuild.project import project_dir
-from imagebuild.recipe.model import TE_TORCH_SDIST, GitSource, Recipe
+from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.render.layout import (
     HIPBLASLT_CLIENT_RUNTIME_PACKAGES,
     HIPBLASLT_PREFIX,
@@ -360,11 +361,12 @@ def make_plan(recipe: Recipe, lock: Lock | None) -> BuildPlan:
 
 
 def plugin_prefix(recipe: Recipe) -> str:
-    return f"/opt/{recipe.network_plugin.kind}"
+    section: Any = recipe.components["network_plugin"]
+    return f"/opt/{section.kind}"
 
 
 def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
-    hip = recipe.hipblaslt
+    hip: Any = recipe.components["hipblaslt"]
     if not hip.enabled:
         return None
     source = lock.hipblaslt if lock else None
@@ -399,7 +401,7 @@ def torch_hipblaslt(version: str) -> TorchLinks:
 
 
 def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
-    plugin = recipe.network_plugin
+    plugin: Any = recipe.components["network_plugin"]
     if not plugin.enabled:
         return None
     source = lock.network_plugin if lock else None
@@ -430,8 +432,8 @@ def python_dev_package(recipe: Recipe) -> str:
 
 
 def _megatron(recipe: Recipe, lock: Lock | None) -> MegatronPlan | None:
-    megatron = recipe.megatron
-    if not megatron.enabled:
+    megatron: Any = recipe.components.get("megatron")
+    if megatron is None or not megatron.enabled:
         return None
     repository, revision = pinned_source(megatron.source, lock.megatron if lock else None)
     return MegatronPlan(
@@ -441,8 +443,8 @@ def _megatron(recipe: Recipe, lock: Lock | None) -> MegatronPlan | None:
 
 
 def _rccl_tests(recipe: Recipe, lock: Lock | None) -> RcclTestsPlan | None:
-    tests = recipe.rccl_tests
-    if not tests.enabled:
+    tests: Any = recipe.components.get("rccl_tests")
+    if tests is None or not tests.enabled:
         return None
     repository, revision = pinned_source(tests.source, lock.rccl_tests if lock else None)
     return RcclTestsPlan(
@@ -451,8 +453,8 @@ def _rccl_tests(recipe: Recipe, lock: Lock | None) -> RcclTestsPlan | None:
 
 
 def _rccl_tuner(recipe: Recipe) -> RcclTunerPlan | None:
-    tuner = recipe.rccl_tuner
-    if not tuner.enabled:
+    tuner: Any = recipe.components.get("rccl_tuner")
+    if tuner is None or not tuner.enabled:
         return None
     config = None
     if tuner.config is not None:
@@ -469,8 +471,8 @@ def _rccl_tuner(recipe: Recipe) -> RcclTunerPlan | None:
 
 
 def _transformer_engine(recipe: Recipe, lock: Lock | None) -> TransformerEnginePlan | None:
-    engine = recipe.transformer_engine
-    if not engine.enabled:
+    engine: Any = recipe.components.get("transformer_engine")
+    if engine is None or not engine.enabled:
         return None
     sdist = lock.sdist(TE_TORCH_SDIST) if lock else None
     return TransformerEnginePlan(
@@ -502,17 +504,19 @@ def _labels(recipe: Recipe, lock: Lock | None) -> tuple[tuple[str, str], ...]:
 
 def _check_recipe(recipe: Recipe) -> None:
     where = display(recipe.path)
-    if ".." in recipe.hipblaslt.subdir.split("/"):
+    hip: Any = recipe.components["hipblaslt"]
+    tuner: Any = recipe.components.get("rccl_tuner")
+    if ".." in hip.subdir.split("/"):
         raise RenderError(f"{where}: hipblaslt.subdir: "
-                          f"{recipe.hipblaslt.subdir!r} leaves the checkout (no '..' parts)")
+                          f"{hip.subdir!r} leaves the checkout (no '..' parts)")
     for key, _ in recipe.env:
         if key in RESERVED_ENV:
             raise RenderError(f"{where}: env.{key}: set by imagebuild itself "
                               f"(reserved: {', '.join(RESERVED_ENV)})")
-        if key == TUNER_PLUGIN_ENV and recipe.rccl_tuner.enabled:
+        if key == TUNER_PLUGIN_ENV and tuner is not None and tuner.enabled:
             raise RenderError(f"{where}: env.{key}: set by imagebuild itself while "
                               "rccl_tuner.enabled is true (the built tuner's path)")
-        if key == TUNER_CONFIG_ENV and recipe.rccl_tuner.config is not None:
+        if key == TUNER_CONFIG_ENV and tuner is not None and tuner.config is not None:
             raise RenderError(f"{where}: env.{key}: set by imagebuild itself while "
                               "rccl_tuner.config names the configuration")
     for key, _ in recipe.labels:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from imagebuild.build.image import BuildOptions, BuiltImage, ImageJob, build_and_squash
 from imagebuild.build.prepare import PreparedBuild
+from imagebuild.components.hipblaslt.component import section as hipblaslt_section
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.errors import TuneError
@@ -113,7 +114,7 @@ def recipe_target(recipe: Recipe, lock: Lock | None) -> Target:
     if lock is None:
         return Target(recipe=recipe.name)
     torch = next((w.version for w in lock.wheels if w.name == "torch"), None)
-    hipblaslt = lock.hipblaslt.commit if recipe.hipblaslt.enabled and lock.hipblaslt \
+    hipblaslt = lock.hipblaslt.commit if hipblaslt_section(recipe) and lock.hipblaslt \
         else None
     return Target(torch_version=torch, hipblaslt_git_version=hipblaslt, recipe=recipe.name)
 

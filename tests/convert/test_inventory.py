@@ -77,7 +77,7 @@ def rocm(tmp_path_factory: pytest.TempPathFactory):
 
 def _sbom(rocm) -> dict:
     recipe, lock, plan = rocm
-    inputs = SbomInputs(recipe.name, lock, recipe.hipblaslt.subdir, plan.plugin.kind,
+    inputs = SbomInputs(recipe.name, lock, recipe.components["hipblaslt"].subdir, plan.plugin.kind,
                         plan.plugin.libfabric_version)
     text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
                                 1_700_000_000))
@@ -112,7 +112,7 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
 def test_sbom_names_the_tuner_archive_by_its_sha256(rocm):
     recipe, lock, plan = rocm
     url, sha = "https://mirror.example.org/rccl-ext-tuner.tar.gz", "ab" * 32
-    inputs = SbomInputs(recipe.name, lock, recipe.hipblaslt.subdir, plan.plugin.kind,
+    inputs = SbomInputs(recipe.name, lock, recipe.components["hipblaslt"].subdir, plan.plugin.kind,
                         plan.plugin.libfabric_version, rccl_tuner=(url, sha))
     text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
                                 1_700_000_000))

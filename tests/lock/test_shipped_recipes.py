@@ -14,10 +14,12 @@ import shutil
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
+from imagebuild.components.transformer_engine import component as transformer_engine
 from imagebuild.lock.lockfile import lock_path
 from imagebuild.lock.resolve import LockOptions, lock_recipe, lock_status
 from imagebuild.recipe.load import load_recipe, recipe_names
@@ -134,23 +136,24 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     other_build = pins["torch"].rsplit(".git", 1)[0] + ".git0badc0de"
     make_wheel(served.directory / release, "torch", other_build)
     make_rocm_wheels(served.directory / release, pins, python_tag="cp310")
-    engine = recipe.transformer_engine
+    engine = transformer_engine.section(recipe)
     engine_files = (make_transformer_engine(served.directory / release, engine.version)
-                    if engine.enabled else {})
+                    if engine else {})
     make_pypi_index(served.directory / "simple",
                     [*pypi_requirements(pins), *recipe.wheels.extra,
-                     *(TE_REQUIRES + ("setuptools", "wheel") if engine.enabled else ())])
+                     *(TE_REQUIRES + ("setuptools", "wheel") if engine else ())])
 
     mirror = tmp_path / "github"
-    hipblaslt = recipe.hipblaslt.source
+    sections: Any = recipe.components
+    hipblaslt = sections["hipblaslt"].source
     hipblaslt_commit = mirror_repository(mirror, hipblaslt.repository, hipblaslt.ref)
-    plugin = recipe.network_plugin.source
+    plugin = sections["network_plugin"].source
     plugin_commit = mirror_repository(mirror, plugin.repository, plugin.ref)
-    megatron = recipe.megatron.source
+    megatron = sections["megatron"].source
     megatron_commit = mirror_repository(mirror, megatron.repository, megatron.ref)
-    tests = recipe.rccl_tests.source
+    tests = sections["rccl_tests"].source
     tests_commit = mirror_repository(mirror, tests.repository, tests.ref)
-    libfabric_url = recipe.network_plugin.libfabric.url
+    libfabric_url = sections["network_plugin"].libfabric.url
     archive = mirror / libfabric_url.removeprefix(GITHUB)
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"libfabric release archive " * 100)
@@ -172,7 +175,7 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     assert lock.rccl_tests is not None and lock.rccl_tests.commit == tests_commit
     assert lock.rccl_tests.ref == "develop"
     assert lock.rccl_tests.repository == f"file://{mirror}/ROCm/rccl-tests.git"
-    if engine.enabled:
+    if engine is not None:
         for project in ("transformer-engine", "transformer-engine-rocm"):
             wheel = lock.wheel(project)
             assert wheel is not None and wheel.sha256 == sha256_of(engine_files[project])

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imagebuild.components.network_plugin import component as network_plugin
 from imagebuild.errors import RenderError, SiteProfileError
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.site import parse_site
@@ -66,7 +67,9 @@ def test_shipped_recipes_build_against_what_their_sites_bind() -> None:
     recipe = load_recipe("rocm-7.0.2", REPO)
     target = libfabric_target(recipe)
     assert target.oldest_release == "1.22.0" and target.max_abi == "FABRIC_1.7"
-    assert abi_of(recipe.network_plugin.libfabric.version) <= abi_of(target.oldest_release)
+    plugin = network_plugin.section(recipe)
+    assert plugin is not None
+    assert abi_of(plugin.libfabric.version) <= abi_of(target.oldest_release)
 
 
 def test_libfabric_newer_than_a_bound_site_is_refused_naming_both(tmp_path: Path) -> None:

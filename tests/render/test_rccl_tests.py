@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.components.rccl_tests import component as rccl_tests
 from imagebuild.errors import LockError, RecipeError
 from imagebuild.lock.check import check_lock
 from imagebuild.lock.lockfile import read_lock
@@ -44,16 +45,17 @@ def rocm(tmp_path: Path):
 
 def test_shipped_recipes_build_rccl_tests_from_develop() -> None:
     recipe = load_recipe("rocm-7.0.2", REPO)
-    assert recipe.rccl_tests.enabled
-    assert recipe.rccl_tests.source.repository == "https://github.com/ROCm/rccl-tests.git"
-    assert recipe.rccl_tests.source.ref == "develop"
+    tests = rccl_tests.section(recipe)
+    assert tests is not None
+    assert tests.source.repository == "https://github.com/ROCm/rccl-tests.git"
+    assert tests.source.ref == "develop"
     assert recipe.lock_inputs()["rccl_tests"] == {
         "repository": "https://github.com/ROCm/rccl-tests.git", "ref": "develop"}
 
 
 def test_recipes_without_it_keep_their_hashes() -> None:
     recipe = load_recipe("rocm-7.0.2", REPO)
-    off = replace(recipe, rccl_tests=replace(recipe.rccl_tests, enabled=False))
+    off = recipe.with_component("rccl_tests", None)
     assert "rccl_tests" not in off.to_dict() and "rccl_tests" not in off.lock_inputs()
     assert off.input_hash() != recipe.input_hash()
 

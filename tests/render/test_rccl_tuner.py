@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.components.rccl_tuner import component as rccl_tuner
+from imagebuild.components.rccl_tuner.component import RcclTuner
 from imagebuild.errors import RecipeError, RenderError
 from imagebuild.project import chosen_project
 from imagebuild.recipe.load import load_recipe
-from imagebuild.recipe.model import RcclTuner
 from imagebuild.render.context import build_context, manifest
 from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile, stage_plan
 from imagebuild.render.plan import make_plan
@@ -42,7 +43,7 @@ TUNER = RcclTuner(enabled=True, url="https://example.org/rccl-ext-tuner.tar.gz",
 def rocm(tmp_path: Path):
     recipe = load_recipe("rocm-7.2.4", REPO)
     lock = write_lock(recipe, tmp_path / "pylock.rocm-7.2.4.toml")
-    return replace(recipe, rccl_tuner=TUNER), lock
+    return recipe.with_component("rccl_tuner", TUNER), lock
 
 
 # --- recipe ----------------------------------------------------------------------------------
@@ -59,15 +60,15 @@ SECTION = f"rccl_tuner:\n  enabled: true\n  url: https://example.org/t.tar.gz\n 
 
 def test_the_section_loads_with_its_defaults(tmp_path: Path) -> None:
     recipe = load_recipe(str(_recipe(tmp_path, SECTION)))
-    assert recipe.rccl_tuner == RcclTuner(True, "https://example.org/t.tar.gz", SHA,
+    assert recipe.components["rccl_tuner"] == RcclTuner(True, "https://example.org/t.tar.gz", SHA,
                                           "ext-tuner/example", True)
     assert recipe.to_dict()["rccl_tuner"]["sha256"] == SHA
 
 
 def test_recipes_without_it_keep_their_hashes() -> None:
     recipe = load_recipe("rocm-7.2.4", REPO)
-    assert not recipe.rccl_tuner.enabled and "rccl_tuner" not in recipe.to_dict()
-    assert replace(recipe, rccl_tuner=TUNER).input_hash() != recipe.input_hash()
+    assert "rccl_tuner" not in recipe.components and "rccl_tuner" not in recipe.to_dict()
+    assert recipe.with_component("rccl_tuner", TUNER).input_hash() != recipe.input_hash()
 
 
 @pytest.mark.parametrize(("body", "rocm", "problem"), [
@@ -126,14 +127,14 @@ def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
 
 def test_without_the_adapter_the_example_is_built_as_it_is(rocm) -> None:
     recipe, lock = rocm
-    recipe = replace(recipe, rccl_tuner=replace(TUNER, interface_adapter=False))
+    recipe = recipe.with_component("rccl_tuner", replace(TUNER, interface_adapter=False))
     stage = parse_dockerfile(render_dockerfile(make_plan(recipe, lock)))["rccl-tuner"].text
     assert "rccl-tuner-v4.c" not in stage and " plugin.c" in stage
 
 
 def test_images_without_a_tuner_set_nothing(rocm) -> None:
     recipe, lock = rocm
-    text = render_dockerfile(make_plan(replace(recipe, rccl_tuner=RcclTuner(False)), lock))
+    text = render_dockerfile(make_plan(recipe.with_component("rccl_tuner", None), lock))
     assert "rccl-tuner" not in text and "NCCL_TUNER" not in text
 
 
@@ -355,7 +356,7 @@ def test_a_recipe_config_is_copied_and_named_by_nccl_tuner_config_file(rocm,
     (project / "tuning").mkdir(parents=True)
     config = tuner_config([SweepPoint("allreduce", 65536, "ring", "ll", 9.5, 1, 8)])
     (project / "tuning" / "nccl_tuner.conf").write_text(config)
-    recipe = replace(recipe, rccl_tuner=replace(TUNER, config="tuning/nccl_tuner.conf"))
+    recipe = recipe.with_component("rccl_tuner", replace(TUNER, config="tuning/nccl_tuner.conf"))
     with chosen_project(project):
         plan = make_plan(recipe, lock)
         final = parse_dockerfile(render_dockerfile(plan))["final"].text
@@ -371,7 +372,7 @@ def test_a_recipe_config_is_copied_and_named_by_nccl_tuner_config_file(rocm,
 
 def test_a_missing_config_is_refused_naming_the_key(rocm, tmp_path: Path) -> None:
     recipe, lock = rocm
-    recipe = replace(recipe, rccl_tuner=replace(TUNER, config="tuning/nccl_tuner.conf"))
+    recipe = recipe.with_component("rccl_tuner", replace(TUNER, config="tuning/nccl_tuner.conf"))
     with chosen_project(tmp_path), pytest.raises(RenderError) as caught:
         make_plan(recipe, lock)
     assert (f"rccl_tuner.config: {tmp_path / 'tuning' / 'nccl_tuner.conf'} is not a file"
@@ -382,5 +383,5 @@ def test_a_missing_config_is_refused_naming_the_key(rocm, tmp_path: Path) -> Non
 def test_the_config_key_is_a_relative_path(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match="rccl_tuner.config"):
         load_recipe(str(_recipe(tmp_path, SECTION + "  config: ../etc/passwd\n")))
-    assert load_recipe(str(_recipe(tmp_path, SECTION + "  config: t/a.conf\n"))).rccl_tuner.config \
-        == "t/a.conf"
+    loaded = load_recipe(str(_recipe(tmp_path, SECTION + "  config: t/a.conf\n")))
+    assert rccl_tuner.section(loaded).config == "t/a.conf"  # type: ignore[union-attr]

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import tomli_w
@@ -58,25 +59,20 @@ def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
         packages.append(_package(name, version, url))
     packages.sort(key=lambda p: p["name"])
 
-    hipblaslt = network_plugin = libfabric = None
-    if recipe.hipblaslt.enabled:
-        source = recipe.hipblaslt.source
-        hipblaslt = LockedGit(source.repository, source.ref,
-                              fake_commit(source.repository, source.ref))
-    if recipe.network_plugin.enabled:
-        plugin = recipe.network_plugin
-        network_plugin = LockedGit(plugin.source.repository, plugin.source.ref,
-                                   fake_commit(plugin.source.repository, plugin.source.ref))
-        libfabric = LockedArchive(plugin.libfabric.url, fake_sha(plugin.libfabric.url), 7_654_321)
-    megatron = rccl_tests = None
-    if recipe.megatron.enabled:
-        source = recipe.megatron.source
-        megatron = LockedGit(source.repository, source.ref,
-                             fake_commit(source.repository, source.ref))
-    if recipe.rccl_tests.enabled:
-        source = recipe.rccl_tests.source
-        rccl_tests = LockedGit(source.repository, source.ref,
-                               fake_commit(source.repository, source.ref))
+    def git(name: str) -> LockedGit | None:
+        section: Any = recipe.components.get(name)
+        if section is None or not section.enabled:
+            return None
+        source = section.source
+        return LockedGit(source.repository, source.ref,
+                         fake_commit(source.repository, source.ref))
+
+    hipblaslt, network_plugin = git("hipblaslt"), git("network_plugin")
+    megatron, rccl_tests = git("megatron"), git("rccl_tests")
+    libfabric = None
+    if network_plugin is not None:
+        url = recipe.components["network_plugin"].libfabric.url  # type: ignore[attr-defined]
+        libfabric = LockedArchive(url, fake_sha(url), 7_654_321)
     base_digest = "sha256:" + fake_sha(recipe.base_image)
     target = path or lock_path(recipe)
     target.write_text(lock_text(recipe, packages, base_digest=base_digest,
