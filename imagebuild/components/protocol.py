@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuild.recipe.model import GitSource, Section
+from imagebuild.lock.model import Pin
+from imagebuild.recipe.model import GitSource, Recipe, Section
 from imagebuild.recipe.spec import Obj
 
 KeyPath = tuple[str, ...]
@@ -32,6 +33,10 @@ def _no_rules(section: SectionData, recipe: RecipeData, problem: ProblemAt) -> N
 
 
 def _nothing(section: Any) -> tuple[str, ...]:
+    return ()
+
+
+def _no_pins(section: Any, recipe: Recipe) -> tuple[Pin, ...]:
     return ()
 
 
@@ -57,6 +62,9 @@ class Component:
     rules: Callable[[SectionData, RecipeData, ProblemAt], None] = _no_rules
     #: PyPI requirements of an enabled section, locked with the image's wheels.
     requirements: Callable[[Any], tuple[str, ...]] = _nothing
+    #: What the lock pins for an enabled section (git sources, archives, wheels and
+    #: source archives of the wheel index), each pin's key its own.
+    pins: Callable[[Any, Recipe], tuple[Pin, ...]] = _no_pins
     #: A section of the first recipe format (hipBLASLt, the network plugin): recorded when
     #: off too, in the recipe's hash, its lock inputs and the manifest, as the recipes
     #: written before the later sections were hashed. Later sections count only when on.

@@ -161,16 +161,16 @@ def source_components(lock: Lock, *, hipblaslt_subdir: str = ".", plugin_kind: s
     """hipBLASLt, the network plugin, libfabric, Megatron-LM and rccl-tests, as the lock pins
     them."""
     components = []
-    if lock.hipblaslt:
-        components.append(git_component("hipblaslt", lock.hipblaslt, hipblaslt_subdir))
-    if lock.network_plugin:
-        components.append(git_component(plugin_kind or "network-plugin", lock.network_plugin))
-    if lock.libfabric:
-        components.append(archive_component("libfabric", lock.libfabric, libfabric_version))
-    if lock.megatron:
-        components.append(git_component("megatron-lm", lock.megatron))
-    if lock.rccl_tests:
-        components.append(git_component("rccl-tests", lock.rccl_tests))
+    if hip := lock.git("hipblaslt"):
+        components.append(git_component("hipblaslt", hip, hipblaslt_subdir))
+    if plugin := lock.git("network-plugin"):
+        components.append(git_component(plugin_kind or "network-plugin", plugin))
+    if libfabric := lock.archive("libfabric"):
+        components.append(archive_component("libfabric", libfabric, libfabric_version))
+    if megatron := lock.git("megatron"):
+        components.append(git_component("megatron-lm", megatron))
+    if tests := lock.git("rccl-tests"):
+        components.append(git_component("rccl-tests", tests))
     return components
 
 

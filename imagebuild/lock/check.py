@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
-from imagebuild.components.transformer_engine.component import TORCH_SDIST as TE_TORCH_SDIST
+from imagebuild import components
 from imagebuild.errors import LockError
 from imagebuild.lock.lockfile import lock_path, read_lock
-from imagebuild.lock.model import Lock
+from imagebuild.lock.model import (
+    ArchivePin,
+    GitPin,
+    IndexSdist,
+    Lock,
+    LockedArchive,
+    LockedGit,
+    Pin,
+)
 from imagebuild.recipe import grammar
 from imagebuild.recipe.model import Recipe
 
@@ -50,34 +57,31 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
             raise LockError(f"{where}: {wheel.name}: sha256 {wheel.sha256!r} is not 64 hex")
         if not wheel.url.startswith(("https://", "http://", "file://")):
             raise LockError(f"{where}: {wheel.name}: url {wheel.url!r} is not http(s)/file")
-    def on(name: str) -> bool:
-        section = recipe.components.get(name)
-        return section is not None and section.enabled
+    for component, section in components.enabled(recipe):
+        for pin in component.pins(section, recipe):
+            _check_pin(pin, lock, where, recipe.name)
 
-    for key, git, enabled in (("hipblaslt", lock.hipblaslt, on("hipblaslt")),
-                              ("network-plugin", lock.network_plugin, on("network_plugin")),
-                              ("megatron", lock.megatron, on("megatron")),
-                              ("rccl-tests", lock.rccl_tests, on("rccl_tests"))):
-        if not enabled:
-            continue
-        if git is None:
-            raise LockError(f"{where}: [tool.imagebuild.sources.{key}] missing; "
-                            f"run `imagebuild lock {recipe.name}`")
-        if not _COMMIT.match(git.commit):
-            raise LockError(f"{where}: {key} commit {git.commit!r} is not 40 hex")
-    engine: Any = recipe.components.get("transformer_engine")
-    if engine is not None and engine.enabled:
-        version = engine.version
-        built = lock.sdist(TE_TORCH_SDIST)
-        if built is None or built.version != version:
-            raise LockError(f"{where}: no {TE_TORCH_SDIST} {version} "
-                            f"source archive; run `imagebuild lock {recipe.name}`")
-    if on("network_plugin"):
-        archive = lock.libfabric
-        if archive is None:
-            raise LockError(f"{where}: [tool.imagebuild.sources.libfabric] missing; "
-                            f"run `imagebuild lock {recipe.name}`")
-        if not _SHA256.match(archive.sha256):
-            raise LockError(f"{where}: libfabric sha256 {archive.sha256!r} is not 64 hex")
-        if not grammar.matches(grammar.ARCHIVE_URL, archive.url):
-            raise LockError(f"{where}: libfabric url {archive.url!r} is not an http(s) URL")
+
+def _check_pin(pin: Pin, lock: Lock, where: str, recipe: str) -> None:
+    """What a component asked the lock to pin is there, in its strict format."""
+    relock = f"run `imagebuild lock {recipe}`"
+    if isinstance(pin, (GitPin, ArchivePin)):
+        source = lock.git(pin.key) if isinstance(pin, GitPin) else lock.archive(pin.key)
+        if source is None:
+            raise LockError(f"{where}: [tool.imagebuild.sources.{pin.key}] missing; {relock}")
+        if isinstance(source, LockedGit) and not _COMMIT.match(source.commit):
+            raise LockError(f"{where}: {pin.key} commit {source.commit!r} is not 40 hex")
+        if isinstance(source, LockedArchive):
+            if not _SHA256.match(source.sha256):
+                raise LockError(f"{where}: {pin.key} sha256 {source.sha256!r} is not 64 hex")
+            if not grammar.matches(grammar.ARCHIVE_URL, source.url):
+                raise LockError(f"{where}: {pin.key} url {source.url!r} is not an http(s) URL")
+    elif isinstance(pin, IndexSdist):
+        built = lock.sdist(pin.name)
+        if built is None or built.version != pin.version:
+            raise LockError(f"{where}: no {pin.name} {pin.version} source archive; {relock}")
+    else:
+        for name, version in pin.pins:
+            wheel = lock.wheel(name)
+            if wheel is None or wheel.version != version:
+                raise LockError(f"{where}: no {name} {version} wheel; {relock}")

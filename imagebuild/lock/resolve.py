@@ -7,8 +7,9 @@
 - Everything they depend on: ``uv pip compile`` resolves against PyPI, with the cached ROCm
   wheels handed to it as a local ``--find-links`` directory, and writes a PEP 751 lock; its
   file:// URLs are then rewritten to the index URLs.
-- Non-Python pins: the base image digest (registry API), the commit of each source build
-  (``git ls-remote``) and the sha256 of the libfabric archive.
+- Non-Python pins: the base image digest (registry API), and what each enabled component
+  asks for (``imagebuild.components``): the commit of each git source (``git ls-remote``),
+  the sha256 of each archive, the index's wheels and source archives it builds.
 
 The lock is written to a temporary file and renamed, so Ctrl-C or a dead server at any point
 leaves the previous lock as it was. A wheel whose bytes changed under a pinned hash is an
@@ -31,19 +32,27 @@ from packaging.requirements import Requirement
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from imagebuild.components.network_plugin.component import section as plugin_section
-from imagebuild.components.transformer_engine.component import TORCH_SDIST as TE_TORCH_SDIST
-from imagebuild.components.transformer_engine.component import section as te_section
+from imagebuild import components
 from imagebuild.errors import CommandFailed, HashMismatch, LockError, SourceError
 from imagebuild.generated import GeneratedFile, check, write_all
 from imagebuild.lock.epoch import relock_text
 from imagebuild.lock.index import IndexFile, WheelIndex, supported_tags
 from imagebuild.lock.lockfile import lock_path, lock_text, read_lock
-from imagebuild.lock.model import Lock, LockedArchive, LockedGit
+from imagebuild.lock.model import (
+    ArchivePin,
+    GitPin,
+    IndexSdist,
+    IndexWheels,
+    Lock,
+    LockedArchive,
+    LockedGit,
+    LockedSource,
+    Pin,
+)
 from imagebuild.lock.requires import PinnedWheel, check_pins_agree, provides_extra
 from imagebuild.lock.sdist import sdist_build_requires, sdist_requires
 from imagebuild.process import DEFAULT_RUNNER, CommandRunner
-from imagebuild.recipe.model import ROCM_SELECTOR, GitSource, Recipe
+from imagebuild.recipe.model import ROCM_SELECTOR, Recipe
 
 if TYPE_CHECKING:
     from imagebuild.lock.cache import CachedFile, DownloadCache
@@ -143,13 +152,15 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         "{family}", recipe.gpu_family or "")
     index = WheelIndex(index_url, simple=recipe.rocm_wheels)
 
+    pins = [pin for component, section in components.enabled(recipe)
+            for pin in component.pins(section, recipe)]
+    index_wheels = tuple(p for pin in pins if isinstance(pin, IndexWheels) for p in pin.pins)
     with tempfile.TemporaryDirectory(prefix="imagebuild-lock-") as tmp:
         links = Path(tmp) / "find-links"
         links.mkdir()
         pinned: dict[str, dict[str, Any]] = {}
         downloaded: list[PinnedWheel] = []
-        engine = te_section(recipe)
-        for name, version in recipe.wheels.pinned + (engine.wheel_pins() if engine else ()):
+        for name, version in recipe.wheels.pinned + index_wheels:
             found = index.find(name, version, python=recipe.python)
             progress(f"wheel {found.filename}")
             known = previous.get(found.filename)
@@ -161,7 +172,11 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
                                           cached.path))
         check_pins_agree(recipe, downloaded)
         extras = device_extras_of(recipe, downloaded) if recipe.multi_arch else {}
-        built, extra = _source_archives(recipe, index, cache, previous, progress)
+        built, needs = _source_archives([pin for pin in pins if isinstance(pin, IndexSdist)],
+                                        index, cache, previous, progress)
+        # The components' index wheels and what their source archives need are resolved
+        # with the image's own wheels.
+        extra = tuple(f"{name}=={version}" for name, version in index_wheels) + needs
         progress("resolving dependencies with uv")
         rocm_index = index_url if recipe.rocm_wheels else None
         compiled = _uv_compile(recipe, links, Path(tmp), options, rocm_index=rocm_index,
@@ -186,61 +201,56 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
         if wheel.get("size") is None:  # plain PEP 503 mirrors publish no sizes
             wheel["size"] = cache.fetch(wheel["url"],
                                         expected_sha256=wheel["hashes"]["sha256"]).size
-
-    def pin(source: GitSource) -> LockedGit:
-        progress(f"git ls-remote {source.repository}")
-        return resolve_git(source.repository, source.ref, options.git_mirrors)
-
-    def git(name: str) -> LockedGit | None:
-        section: Any = recipe.components.get(name)
-        return pin(section.source) if section is not None and section.enabled else None
-
-    hipblaslt = git("hipblaslt")
-    megatron = git("megatron")
-    rccl_tests = git("rccl_tests")
-    network_plugin = libfabric = None
-    plugin = plugin_section(recipe)
-    if plugin is not None:
-        network_plugin = pin(plugin.source)
-        url = mirrored(plugin.libfabric.url, options.git_mirrors)
-        progress(f"libfabric {url}")
-        known = previous.get(url.rsplit("/", 1)[-1])
-        archive = cache.fetch(url, expected_sha256=known)
-        libfabric = LockedArchive(url=url, sha256=archive.sha256, size=archive.size)
+    sources = _pin_sources(pins, options, cache, previous, progress)
     progress(f"base image digest of {recipe.base_image}")
     base_digest = resolve_base_digest(recipe.base_image)
 
     def render(epoch: int | None) -> str:
         return lock_text(recipe, packages, base_digest=base_digest, wheel_index=index_url,
-                         hipblaslt=hipblaslt, network_plugin=network_plugin,
-                         libfabric=libfabric, source_date_epoch=epoch, megatron=megatron,
-                         rccl_tests=rccl_tests)
+                         sources=sources, source_date_epoch=epoch)
 
     write_all([GeneratedFile(path, relock_text(path, render), f"imagebuild lock {recipe.name}")])
     return read_lock(path)
 
 
-def _source_archives(recipe: Recipe, index: WheelIndex, cache: DownloadCache,
+def _pin_sources(pins: list[Pin], options: LockOptions, cache: DownloadCache,
+                 previous: dict[str, str], progress: Progress) -> dict[str, LockedSource]:
+    """The components' git sources (the commit of each ref) and archives (their bytes'
+    sha256, checked against the current lock's), by key, in the order pinned."""
+    sources: dict[str, LockedSource] = {}
+    for pin in pins:
+        if isinstance(pin, GitPin):
+            progress(f"git ls-remote {pin.source.repository}")
+            sources[pin.key] = resolve_git(pin.source.repository, pin.source.ref,
+                                           options.git_mirrors)
+        elif isinstance(pin, ArchivePin):
+            url = mirrored(pin.url, options.git_mirrors)
+            progress(f"{pin.key} {url}")
+            archive = cache.fetch(url, expected_sha256=previous.get(url.rsplit("/", 1)[-1]))
+            sources[pin.key] = LockedArchive(url=url, sha256=archive.sha256, size=archive.size)
+    return sources
+
+
+def _source_archives(sdists: list[IndexSdist], index: WheelIndex, cache: DownloadCache,
                      previous: dict[str, str], progress: Progress
                      ) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """The source archives the image builds (TransformerEngine's PyTorch extension) as lock
-    entries, and the requirements they add to the resolution: the pins of the wheels they
-    come with, what they require (PKG-INFO) and what their build needs (the image builds
-    them without isolation, with what the lock installed)."""
-    engine = te_section(recipe)
-    if engine is None:
-        return [], ()
-    found = index.find_sdist(TE_TORCH_SDIST, engine.version)
-    progress(f"source archive {found.filename}")
-    cached = _fetch_verified(cache, found, previous.get(found.filename))
-    entry = {"name": TE_TORCH_SDIST, "version": engine.version,
-             "sdist": {"url": found.url, "size": cached.size,
-                       "hashes": {"sha256": cached.sha256}}}
-    own = canonicalize_name(TE_TORCH_SDIST)
-    needs = [r for r in sdist_requires(cached.path) + sdist_build_requires(cached.path)
-             if canonicalize_name(Requirement(r).name) != own]
-    pins = [f"{name}=={version}" for name, version in engine.wheel_pins()]
-    return [entry], tuple(pins + needs)
+    entries, and the requirements they add to the resolution: what they require (PKG-INFO)
+    and what their build needs (the image builds them without isolation, with what the lock
+    installed)."""
+    entries: list[dict[str, Any]] = []
+    needs: list[str] = []
+    for sdist in sdists:
+        found = index.find_sdist(sdist.name, sdist.version)
+        progress(f"source archive {found.filename}")
+        cached = _fetch_verified(cache, found, previous.get(found.filename))
+        entries.append({"name": sdist.name, "version": sdist.version,
+                        "sdist": {"url": found.url, "size": cached.size,
+                                  "hashes": {"sha256": cached.sha256}}})
+        own = canonicalize_name(sdist.name)
+        needs += [r for r in sdist_requires(cached.path) + sdist_build_requires(cached.path)
+                  if canonicalize_name(Requirement(r).name) != own]
+    return entries, tuple(needs)
 
 
 def _previous_hashes(path: Path) -> dict[str, str]:
@@ -252,8 +262,9 @@ def _previous_hashes(path: Path) -> dict[str, str]:
     except LockError:
         return {}
     hashes = {w.filename: w.sha256 for w in lock.wheels + lock.sdists}
-    if lock.libfabric:
-        hashes[lock.libfabric.url.rsplit("/", 1)[-1]] = lock.libfabric.sha256
+    for source in lock.sources.values():
+        if isinstance(source, LockedArchive):
+            hashes[source.url.rsplit("/", 1)[-1]] = source.sha256
     return hashes
 
 

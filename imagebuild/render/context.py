@@ -233,17 +233,19 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
             "version": engine.version, "gpu_targets": engine.targets.split(";") if engine.targets
             else [], "torch_extension_source": {"url": engine.sdist_url,
                                                 "sha256": engine.sdist_sha256}})
-    if plan.megatron is not None and lock.megatron:
+    megatron = lock.git("megatron")
+    if plan.megatron is not None and megatron:
         # "dir", "version" and "dataset_helpers" are added by the final stage's check.
         data["megatron"].update({
-            "repository": lock.megatron.repository, "ref": lock.megatron.ref,
-            "commit": lock.megatron.commit, "pretrain_gpt": f"{plan.megatron.prefix}/pretrain_gpt.py",
+            "repository": megatron.repository, "ref": megatron.ref,
+            "commit": megatron.commit, "pretrain_gpt": f"{plan.megatron.prefix}/pretrain_gpt.py",
         })
-    if plan.rccl_tests is not None and lock.rccl_tests:
+    tests_git = lock.git("rccl-tests")
+    if plan.rccl_tests is not None and tests_git:
         tests = plan.rccl_tests
         data["rccl_tests"].update({
-            "repository": lock.rccl_tests.repository, "ref": lock.rccl_tests.ref,
-            "commit": lock.rccl_tests.commit, "gpu_targets": list(tests.targets),
+            "repository": tests_git.repository, "ref": tests_git.ref,
+            "commit": tests_git.commit, "gpu_targets": list(tests.targets),
             "bin": tests.bin_dir, "binaries": [f"{tests.bin_dir}/{name}" for name in tests.binaries],
         })
     if plan.rccl_tuner is not None:
@@ -260,16 +262,17 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
             **({"device_extras": list(recipe.device_extras)} if recipe.multi_arch else {}),
             "selector": {"name": lock.selector.name, "version": lock.selector.version,
                          "url": lock.selector.url, "sha256": lock.selector.sha256}}
-    if hip.enabled and lock.hipblaslt:
+    hip_git = lock.git("hipblaslt")
+    if hip.enabled and hip_git:
         data["hipblaslt"].update({
-            "repository": lock.hipblaslt.repository, "ref": lock.hipblaslt.ref,
-            "commit": lock.hipblaslt.commit, "subdir": hip.subdir,
+            "repository": hip_git.repository, "ref": hip_git.ref,
+            "commit": hip_git.commit, "subdir": hip.subdir,
             "gpu_targets": list(recipe.gpu_targets), "clients": hip.clients,
             "prefix": HIPBLASLT_PREFIX, "library": f"{HIPBLASLT_PREFIX}/lib",
             "bench": f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench" if hip.clients else None,
             "tuning_kit": _tuning_kit_paths() if hip.tuning_kit and hip.clients else None,
         })
-    if plan.hipblaslt is not None and lock.hipblaslt:
+    if plan.hipblaslt is not None and lock.git("hipblaslt"):
         # Which library torch loads, decided from its wheel; "loaded" (the files torch maps
         # and the bench links, proved one) is filled in by the final stage's check.
         data["hipblaslt"].update({
@@ -278,14 +281,15 @@ def manifest(plan: BuildPlan) -> dict[str, Any]:
                       "replaced_in": plan.hipblaslt.replaces},
             "loaded": None,
         })
-    if plugin.enabled and lock.network_plugin and lock.libfabric:
+    plugin_git, libfabric = lock.git("network-plugin"), lock.archive("libfabric")
+    if plugin.enabled and plugin_git and libfabric:
         prefix = plugin_prefix(recipe)
         data["network_plugin"].update({
-            "kind": plugin.kind, "repository": lock.network_plugin.repository,
-            "ref": lock.network_plugin.ref, "commit": lock.network_plugin.commit,
+            "kind": plugin.kind, "repository": plugin_git.repository,
+            "ref": plugin_git.ref, "commit": plugin_git.commit,
             "prefix": prefix, "library": f"{prefix}/lib/librccl-net.so",
-            "libfabric": {"version": plugin.libfabric.version, "url": lock.libfabric.url,
-                          "sha256": lock.libfabric.sha256, "prefix": LIBFABRIC_PREFIX},
+            "libfabric": {"version": plugin.libfabric.version, "url": libfabric.url,
+                          "sha256": libfabric.sha256, "prefix": LIBFABRIC_PREFIX},
         })
         if plan.plugin is not None:
             target = plan.plugin.libfabric_target

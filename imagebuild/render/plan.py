@@ -369,7 +369,7 @@ def _hipblaslt(recipe: Recipe, lock: Lock | None) -> HipBlasLtPlan | None:
     hip: Any = recipe.components["hipblaslt"]
     if not hip.enabled:
         return None
-    source = lock.hipblaslt if lock else None
+    source = lock.git("hipblaslt") if lock else None
     locked_torch = lock.wheel("torch") if lock else None
     torch = recipe.wheels.version_of("torch") or (locked_torch.version if locked_torch
                                                   else None)
@@ -404,8 +404,8 @@ def _plugin(recipe: Recipe, lock: Lock | None) -> PluginPlan | None:
     plugin: Any = recipe.components["network_plugin"]
     if not plugin.enabled:
         return None
-    source = lock.network_plugin if lock else None
-    archive = lock.libfabric if lock else None
+    source = lock.git("network-plugin") if lock else None
+    archive = lock.archive("libfabric") if lock else None
     repository, revision = pinned_source(plugin.source, source)
     return PluginPlan(
         kind=plugin.kind, repository=repository, revision=revision, ref=plugin.source.ref,
@@ -435,7 +435,7 @@ def _megatron(recipe: Recipe, lock: Lock | None) -> MegatronPlan | None:
     megatron: Any = recipe.components.get("megatron")
     if megatron is None or not megatron.enabled:
         return None
-    repository, revision = pinned_source(megatron.source, lock.megatron if lock else None)
+    repository, revision = pinned_source(megatron.source, lock.git("megatron") if lock else None)
     return MegatronPlan(
         repository=repository, revision=revision, ref=megatron.source.ref,
         prefix=MEGATRON_PREFIX, python_config=f"/usr/bin/python{recipe.python}-config",
@@ -446,7 +446,7 @@ def _rccl_tests(recipe: Recipe, lock: Lock | None) -> RcclTestsPlan | None:
     tests: Any = recipe.components.get("rccl_tests")
     if tests is None or not tests.enabled:
         return None
-    repository, revision = pinned_source(tests.source, lock.rccl_tests if lock else None)
+    repository, revision = pinned_source(tests.source, lock.git("rccl-tests") if lock else None)
     return RcclTestsPlan(
         repository=repository, revision=revision, ref=tests.source.ref,
         targets=recipe.gpu_targets, rocm_prefix=recipe.rocm_prefix)

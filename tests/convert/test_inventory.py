@@ -89,21 +89,21 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
     _recipe, lock, _plan = rocm
     components = {c["bom-ref"]: c for c in _sbom(rocm)["components"]}
     hip = components["source:hipblaslt"]
-    assert hip["version"] == lock.hipblaslt.commit
+    assert hip["version"] == lock.git("hipblaslt").commit
     # rocm-libraries keeps hipBLASLt in a subdirectory: the purl's subpath says which
-    assert hip["purl"] == f"pkg:github/rocm/rocm-libraries@{lock.hipblaslt.commit}" \
+    assert hip["purl"] == f"pkg:github/rocm/rocm-libraries@{lock.git('hipblaslt').commit}" \
                           "#projects/hipblaslt"
-    assert hip["externalReferences"][0] == {"type": "vcs", "url": lock.hipblaslt.repository}
+    assert hip["externalReferences"][0] == {"type": "vcs", "url": lock.git("hipblaslt").repository}
     plugin = components["source:aws-ofi-nccl"]
-    assert plugin["purl"] == f"pkg:github/aws/aws-ofi-nccl@{lock.network_plugin.commit}"
+    assert plugin["purl"] == f"pkg:github/aws/aws-ofi-nccl@{lock.git('network-plugin').commit}"
     libfabric = components["source:libfabric"]
     assert libfabric["version"] == "1.22.0"
-    assert libfabric["hashes"] == [{"alg": "SHA-256", "content": lock.libfabric.sha256}]
-    assert libfabric["externalReferences"][0]["url"] == lock.libfabric.url
+    assert libfabric["hashes"] == [{"alg": "SHA-256", "content": lock.archive("libfabric").sha256}]
+    assert libfabric["externalReferences"][0]["url"] == lock.archive("libfabric").url
     tests = components["source:rccl-tests"]
-    assert tests["version"] == lock.rccl_tests.commit
-    assert tests["purl"] == f"pkg:github/rocm/rccl-tests@{lock.rccl_tests.commit}"
-    assert tests["externalReferences"][0] == {"type": "vcs", "url": lock.rccl_tests.repository}
+    assert tests["version"] == lock.git("rccl-tests").commit
+    assert tests["purl"] == f"pkg:github/rocm/rccl-tests@{lock.git('rccl-tests').commit}"
+    assert tests["externalReferences"][0] == {"type": "vcs", "url": lock.git("rccl-tests").repository}
     base = components["base-image"]
     assert base["version"] == lock.base_digest and base["type"] == "container"
     assert "repository_url=docker.io/rocm/dev-ubuntu-24.04" in base["purl"]

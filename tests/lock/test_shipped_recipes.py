@@ -21,6 +21,7 @@ import pytest
 
 from imagebuild.components.transformer_engine import component as transformer_engine
 from imagebuild.lock.lockfile import lock_path
+from imagebuild.lock.model import LockedGit
 from imagebuild.lock.resolve import LockOptions, lock_recipe, lock_status
 from imagebuild.recipe.load import load_recipe, recipe_names
 from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
@@ -169,12 +170,12 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
         assert wheel.url == served.url_for(f"{release}/{wheel.filename}")
         assert wheel.sha256 == sha256_of(made[project])
     assert {w.name for w in lock.wheels} >= {"numpy", "sympy", "filelock"}
-    assert lock.hipblaslt is not None and lock.hipblaslt.commit == hipblaslt_commit
-    assert lock.network_plugin is not None and lock.network_plugin.commit == plugin_commit
-    assert lock.megatron is not None and lock.megatron.commit == megatron_commit
-    assert lock.rccl_tests is not None and lock.rccl_tests.commit == tests_commit
-    assert lock.rccl_tests.ref == "develop"
-    assert lock.rccl_tests.repository == f"file://{mirror}/ROCm/rccl-tests.git"
+    commits = {key: source.commit for key, source in lock.sources.items()
+               if isinstance(source, LockedGit)}
+    assert commits == {"hipblaslt": hipblaslt_commit, "network-plugin": plugin_commit,
+                       "megatron": megatron_commit, "rccl-tests": tests_commit}
+    assert lock.sources["rccl-tests"] == LockedGit(
+        f"file://{mirror}/ROCm/rccl-tests.git", "develop", tests_commit)
     if engine is not None:
         for project in ("transformer-engine", "transformer-engine-rocm"):
             wheel = lock.wheel(project)
@@ -183,8 +184,9 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
         assert sdist is not None and sdist.version == engine.version
         assert sdist.sha256 == sha256_of(engine_files["transformer-engine-torch"])
     assert {w.name for w in lock.wheels} >= {"einops", "sentencepiece", "tiktoken", "pybind11"}
-    assert lock.libfabric is not None and lock.libfabric.sha256 == sha256_of(archive)
-    assert urlsplit(lock.libfabric.url).scheme == "file"
+    libfabric = lock.archive("libfabric")
+    assert libfabric is not None and libfabric.sha256 == sha256_of(archive)
+    assert urlsplit(libfabric.url).scheme == "file"
     assert lock.base_digest == BASE_DIGEST
     assert lock_status(recipe).state == "locked"
     tool = tomllib.loads(lock_path(recipe).read_text())["tool"]["imagebuild"]

@@ -121,10 +121,10 @@ def test_recipe_values_reach_only_the_stages_that_use_them(tmp_path: Path, rocm:
     # labels and manifest; never a source build.
     assert [s for s, seen in where.items() if torch in seen] == ["python", "final"]
     assert [s for s, seen in where.items() if "gfx90a;gfx942" in seen] == ["hipblaslt"]
-    assert variant.lock.hipblaslt.commit in where["hipblaslt"]
-    assert variant.lock.hipblaslt.commit not in where["python"] + where["plugin"]
-    assert variant.lock.network_plugin.commit in where["plugin"]
-    assert variant.lock.libfabric.sha256 in where["plugin"]
+    assert variant.lock.git("hipblaslt").commit in where["hipblaslt"]
+    assert variant.lock.git("hipblaslt").commit not in where["python"] + where["plugin"]
+    assert variant.lock.git("network-plugin").commit in where["plugin"]
+    assert variant.lock.archive("libfabric").sha256 in where["plugin"]
 
 
 # --- what each change rebuilds --------------------------------------------------------------

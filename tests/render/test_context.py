@@ -137,12 +137,12 @@ def test_manifest_lists_every_pin_for_the_in_image_checks(tmp_path: Path):
     assert data["gpu_targets"] == ["gfx90a", "gfx942"]
     assert data["wheels"] == {w.name: w.version for w in lock.wheels}
     assert data["hipblaslt"]["enabled"] is True
-    assert data["hipblaslt"]["commit"] == lock.hipblaslt.commit
+    assert data["hipblaslt"]["commit"] == lock.git("hipblaslt").commit
     assert data["hipblaslt"]["bench"] == "/opt/hipblaslt/bin/hipblaslt-bench"
     assert data["network_plugin"] == data["network_plugin"] | {
-        "enabled": True, "kind": "aws-ofi-nccl", "commit": lock.network_plugin.commit,
+        "enabled": True, "kind": "aws-ofi-nccl", "commit": lock.git("network-plugin").commit,
         "library": "/opt/aws-ofi-nccl/lib/librccl-net.so"}
-    assert data["network_plugin"]["libfabric"]["sha256"] == lock.libfabric.sha256
+    assert data["network_plugin"]["libfabric"]["sha256"] == lock.archive("libfabric").sha256
     assert data["base_image"]["digest"] == lock.base_digest
     assert json.loads(json.dumps(data)) == data
     assert manifest(make_plan(recipe, lock)) == data  # deterministic: no timestamps

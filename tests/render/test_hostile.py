@@ -215,8 +215,8 @@ def test_hand_edited_lock_values_are_refused(tmp_path: Path, field: str, replace
 
     recipe = load_recipe(write_recipe(tmp_path))
     lock = write_lock(recipe)
-    old = {"commit": lock.hipblaslt.commit, "base-digest": lock.base_digest,
-           "libfabric-sha": lock.libfabric.sha256, "wheel-sha": lock.wheels[0].sha256}[field]
+    old = {"commit": lock.git("hipblaslt").commit, "base-digest": lock.base_digest,
+           "libfabric-sha": lock.archive("libfabric").sha256, "wheel-sha": lock.wheels[0].sha256}[field]
     _edit_lock(lock.path, f'"{old}"', f'"{replacement}"'.replace("\n", "\\n"))
     # Refused by the one lock check a build makes, before any plan is made from it.
     with pytest.raises(LockError, match=expected):

@@ -90,16 +90,19 @@ def test_bad_sections_are_refused(tmp_path: Path, body: str, base: str | None,
 
 def test_the_lock_pins_a_commit_and_check_lock_wants_it(rocm, tmp_path: Path) -> None:
     recipe, lock = rocm
-    assert lock.rccl_tests is not None and len(lock.rccl_tests.commit) == 40
-    assert lock.rccl_tests.ref == "develop"
+    tests = lock.git("rccl-tests")
+    assert tests is not None and len(tests.commit) == 40
+    assert tests.ref == "develop"
     text = lock.path.read_text()
     assert "[tool.imagebuild.sources.rccl-tests]" in text
-    assert read_lock(lock.path).rccl_tests == lock.rccl_tests
+    assert read_lock(lock.path).git("rccl-tests") == tests
     check_lock(recipe, lock)
+    others = {key: source for key, source in lock.sources.items() if key != "rccl-tests"}
     with pytest.raises(LockError, match=r"\[tool.imagebuild.sources.rccl-tests\] missing"):
-        check_lock(recipe, replace(lock, rccl_tests=None))
+        check_lock(recipe, replace(lock, sources=others))
     with pytest.raises(LockError, match="rccl-tests commit 'develop' is not 40 hex"):
-        check_lock(recipe, replace(lock, rccl_tests=replace(lock.rccl_tests, commit="develop")))
+        check_lock(recipe, replace(lock, sources={
+            **others, "rccl-tests": replace(tests, commit="develop")}))
 
 
 # --- plan and Dockerfile ------------------------------------------------------------------------
@@ -112,7 +115,8 @@ def test_the_stage_builds_the_locked_commit_for_the_recipes_targets(rocm) -> Non
     stages = parse_dockerfile(render_dockerfile(plan))
     stage = stages["rccl-tests"]
     assert stage.uses == {"toolchain"} and "rccl-tests" in stages["final"].uses
-    assert f"fetch -q --depth 1 origin {lock.rccl_tests.commit}" in stage.text
+    tests = lock.git("rccl-tests")
+    assert tests is not None and f"fetch -q --depth 1 origin {tests.commit}" in stage.text
     assert ("HIPCC='/opt/rocm/bin/hipcc --offload-arch=gfx90a --offload-arch=gfx942'\"$compat\""
             in stage.text)
     # AMD's images: ROCm under /opt/rocm, hipify-perl beside hipcc, not on the base's PATH
@@ -164,7 +168,8 @@ def test_the_final_stage_copies_checks_and_puts_the_benchmarks_on_path(rocm) -> 
 def test_the_manifest_records_the_pin_and_the_binaries(rocm) -> None:
     recipe, lock = rocm
     entry = manifest(make_plan(recipe, lock))["rccl_tests"]
-    assert entry["enabled"] and entry["commit"] == lock.rccl_tests.commit
+    tests = lock.git("rccl-tests")
+    assert tests is not None and entry["enabled"] and entry["commit"] == tests.commit
     assert entry["gpu_targets"] == list(recipe.gpu_targets)
     assert entry["bin"] == "/opt/rccl-tests/bin"
     assert entry["binaries"] == [f"/opt/rccl-tests/bin/{name}" for name in BINARIES]

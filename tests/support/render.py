@@ -15,15 +15,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import tomli_w
 
+from imagebuild import components
 from imagebuild.lock.check import current_lock
 from imagebuild.lock.epoch import relock_text
 from imagebuild.lock.lockfile import header, lock_path, lock_text, read_lock, tool_table
-from imagebuild.lock.model import Lock, LockedArchive, LockedGit
+from imagebuild.lock.model import ArchivePin, GitPin, Lock, LockedArchive, LockedGit, LockedSource
 from imagebuild.recipe.model import Recipe
 from imagebuild.render.plan import BuildPlan, make_plan
 
@@ -59,29 +59,27 @@ def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
         packages.append(_package(name, version, url))
     packages.sort(key=lambda p: p["name"])
 
-    def git(name: str) -> LockedGit | None:
-        section: Any = recipe.components.get(name)
-        if section is None or not section.enabled:
-            return None
-        source = section.source
-        return LockedGit(source.repository, source.ref,
-                         fake_commit(source.repository, source.ref))
-
-    hipblaslt, network_plugin = git("hipblaslt"), git("network_plugin")
-    megatron, rccl_tests = git("megatron"), git("rccl_tests")
-    libfabric = None
-    if network_plugin is not None:
-        url = recipe.components["network_plugin"].libfabric.url  # type: ignore[attr-defined]
-        libfabric = LockedArchive(url, fake_sha(url), 7_654_321)
     base_digest = "sha256:" + fake_sha(recipe.base_image)
     target = path or lock_path(recipe)
     target.write_text(lock_text(recipe, packages, base_digest=base_digest,
-                                wheel_index=recipe.wheels.index_url, hipblaslt=hipblaslt,
-                                network_plugin=network_plugin, libfabric=libfabric,
-                                source_date_epoch=FAKE_EPOCH, megatron=megatron,
-                                rccl_tests=rccl_tests),
+                                wheel_index=recipe.wheels.index_url,
+                                sources=fake_sources(recipe), source_date_epoch=FAKE_EPOCH),
                       encoding="utf-8")
     return read_lock(target)
+
+
+def fake_sources(recipe: Recipe) -> dict[str, LockedSource]:
+    """What the lock pins for each enabled component's git sources and archives: the ref's
+    made-up commit, the archive's made-up sha256."""
+    sources: dict[str, LockedSource] = {}
+    for component, section in components.enabled(recipe):
+        for pin in component.pins(section, recipe):
+            if isinstance(pin, GitPin):
+                sources[pin.key] = LockedGit(pin.source.repository, pin.source.ref,
+                                             fake_commit(pin.source.repository, pin.source.ref))
+            elif isinstance(pin, ArchivePin):
+                sources[pin.key] = LockedArchive(pin.url, fake_sha(pin.url), 7_654_321)
+    return sources
 
 
 def _package(name: str, version: str, url: str) -> dict:
@@ -175,7 +173,7 @@ def rewrite_lock(recipe: Recipe, template: Path, base_digest: str,
         if urls and package["name"] in urls:
             package["wheels"][0]["url"] = urls[package["name"]]
     tool = document["tool"]["imagebuild"]
-    tool.update(tool_table(recipe, base_digest, None, None, None))
+    tool.update(tool_table(recipe, base_digest, {}))
     tool["wheel-index"] = recipe.wheels.index_url
     target = path or lock_path(recipe)
     target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")

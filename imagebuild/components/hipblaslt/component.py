@@ -16,12 +16,15 @@ from imagebuild.components.protocol import (
     refused_with_rocm_wheels,
     require_keys,
 )
+from imagebuild.lock.model import GitPin, Pin
 from imagebuild.recipe import grammar
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.recipe.rocm_layout import release
 from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Str
 
 NAME = "hipblaslt"
+#: Its source's key in the lock's [tool.imagebuild.sources].
+LOCK_KEY = "hipblaslt"
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,12 @@ def read(hip: SectionData, recipe: RecipeData) -> HipBlasLt:
                      logic_filter=hip.get("logic_filter"), rocroller=hip["rocroller"])
 
 
+def pins(hip: HipBlasLt, recipe: Recipe) -> tuple[Pin, ...]:
+    return (GitPin(LOCK_KEY, hip.source),)
+
+
 COMPONENT = Component(
     name=NAME, title="hipBLASLt", folder=Path(__file__).resolve().parent,
-    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules,
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins,
     always_recorded=True, needs_build_packages=True,
 )

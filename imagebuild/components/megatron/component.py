@@ -14,10 +14,13 @@ from imagebuild.components.protocol import (
     git_source,
     require_keys,
 )
+from imagebuild.lock.model import GitPin, Pin
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Seq, Str, requirement
 
 NAME = "megatron"
+#: Its source's key in the lock's [tool.imagebuild.sources].
+LOCK_KEY = "megatron"
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,12 @@ def requirements(megatron: Megatron) -> tuple[str, ...]:
     return megatron.requirements
 
 
+def pins(megatron: Megatron, recipe: Recipe) -> tuple[Pin, ...]:
+    return (GitPin(LOCK_KEY, megatron.source),)
+
+
 COMPONENT = Component(
     name=NAME, title="Megatron-LM", folder=Path(__file__).resolve().parent,
-    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, requirements=requirements,
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins, requirements=requirements,
     precedes=(("schema", "rccl_tests"), ("final", "transformer_engine")),
 )

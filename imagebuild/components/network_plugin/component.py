@@ -16,12 +16,16 @@ from imagebuild.components.protocol import (
     refused_with_rocm_wheels,
     require_keys,
 )
+from imagebuild.lock.model import ArchivePin, GitPin, Pin
 from imagebuild.recipe import grammar
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Str
 
 NAME = "network_plugin"
 PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]
+#: The keys of its sources in the lock's [tool.imagebuild.sources].
+LOCK_KEY = "network-plugin"
+LIBFABRIC_KEY = "libfabric"
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,13 @@ def read(plugin: SectionData, recipe: RecipeData) -> NetworkPlugin:
                             url=libfabric.get("url", "").replace("{version}", version)))
 
 
+def pins(plugin: NetworkPlugin, recipe: Recipe) -> tuple[Pin, ...]:
+    return (GitPin(LOCK_KEY, plugin.source), ArchivePin(LIBFABRIC_KEY, plugin.libfabric.url))
+
+
 COMPONENT = Component(
     name=NAME, title="network plugin", folder=Path(__file__).resolve().parent,
-    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules,
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins,
     always_recorded=True, needs_build_packages=True,
     precedes=(("final", "hipblaslt"),),
 )

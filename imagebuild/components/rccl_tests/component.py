@@ -16,10 +16,13 @@ from imagebuild.components.protocol import (
     refused_with_rocm_wheels,
     require_keys,
 )
+from imagebuild.lock.model import GitPin, Pin
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj
 
 NAME = "rccl_tests"
+#: Its source's key in the lock's [tool.imagebuild.sources].
+LOCK_KEY = "rccl-tests"
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,11 @@ def read(tests: SectionData, recipe: RecipeData) -> RcclTests:
     return RcclTests(enabled=tests["enabled"], source=git_source(tests))
 
 
+def pins(tests: RcclTests, recipe: Recipe) -> tuple[Pin, ...]:
+    return (GitPin(LOCK_KEY, tests.source),)
+
+
 COMPONENT = Component(
     name=NAME, title="rccl-tests", folder=Path(__file__).resolve().parent,
-    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules,
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins,
 )

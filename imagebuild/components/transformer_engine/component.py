@@ -13,6 +13,7 @@ from imagebuild.components.protocol import (
     SectionData,
     require_keys,
 )
+from imagebuild.lock.model import IndexSdist, IndexWheels, Pin
 from imagebuild.recipe import grammar
 from imagebuild.recipe.model import Recipe
 from imagebuild.recipe.spec import Bool, Obj, Str, exact_version
@@ -67,7 +68,12 @@ def read(engine: SectionData, recipe: RecipeData) -> TransformerEngine:
     return TransformerEngine(enabled=engine["enabled"], version=str(engine.get("version", "")))
 
 
+def pins(engine: TransformerEngine, recipe: Recipe) -> tuple[Pin, ...]:
+    """The index's wheels and the extension's source archive, of the recipe's version."""
+    return (IndexWheels(engine.wheel_pins()), IndexSdist(TORCH_SDIST, engine.version))
+
+
 COMPONENT = Component(
     name=NAME, title="TransformerEngine", folder=Path(__file__).resolve().parent,
-    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules,
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins,
 )
