@@ -3,20 +3,26 @@ made once in the component's folder (``imagebuild/components/<name>/component.py
 by every stage in the registry's order (``imagebuild.components``).
 
 A component owns its recipe section (format, defaults, the rules that tie it to the rest of
-the recipe, its typed settings) and everything the later stages do for it. No stage names a
-component: each loops over the registry and asks every component that is on for its part.
+the recipe, its typed settings), what the lock pins for it, and its ``ComponentPlan``: its
+build stage, its steps in the final stage, the files its steps use, its share of the
+image's packages, library path and environment, its manifest part, its SBOM entries and
+its size-table parts. No stage names a component: each loops over the registry and asks
+every component that is on for its part.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from imagebuild.lock.model import Pin
-from imagebuild.recipe.model import GitSource, Recipe, Section
+from imagebuild.lock.model import Lock, Pin, PinnedSource
+from imagebuild.recipe.model import Recipe, Section
 from imagebuild.recipe.spec import Obj
+
+if TYPE_CHECKING:
+    from imagebuild.recipe.site import SiteProfile
 
 KeyPath = tuple[str, ...]
 #: Records a problem at a key path of the merged recipe (its file and line are found from
@@ -28,11 +34,115 @@ SectionData = Mapping[str, Any]
 RecipeData = Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class ProjectFile:
+    """A file of the project a section names (the tuner's configuration): read once by the
+    caller of the plan, so that making the plan reads nothing."""
+
+    #: The recipe key naming it, for messages: ``rccl_tuner.config``.
+    key: str
+    #: Its path relative to the project.
+    path: str
+    #: What it is and how to make one, for the message when it is missing.
+    hint: str
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What plans need from outside the recipe and its lock, resolved once by their caller
+    (``imagebuild.render.inputs.plan_inputs``)."""
+
+    #: The project the command works on.
+    project: Path
+    #: The site profiles the recipe names (``sites:``), loaded.
+    sites: tuple[SiteProfile, ...] = ()
+    #: The project files the sections name, by their path in the project: their text.
+    files: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What a component's plan function is given."""
+
+    recipe: Recipe
+    #: The component's own section (on).
+    section: Any
+    #: The checked lock; None: unlocked, planned for a review render only.
+    lock: Lock | None
+    inputs: PlanInputs
+    #: The plans of the components it ``needs`` that are on (made before it).
+    needed: Mapping[str, ComponentPlan]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A component's build stage in the Dockerfile."""
+
+    #: The stage's name (``FROM toolchain AS <name>``; the final stage copies from it).
+    name: str
+    #: Its template, in the component's folder.
+    template: str
+    #: For ``build --plan`` and the Dockerfile's header: what it holds, what rebuilds it.
+    holds: str
+    rebuilds: str
+    #: It mounts the python stage's venv, so it comes after that stage.
+    on_venv: bool = False
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """A variable the final image sets for a component."""
+
+    name: str
+    value: str
+    #: Set, a recipe may not set the variable too, for this reason (``while <why>``).
+    owned_while: str | None = None
+
+
+@dataclass(frozen=True)
+class ComponentPlan:
+    """Everything the later stages do for one component that is on, as data."""
+
+    name: str
+    #: What its templates read under the component's name: its typed plan.
+    values: Any
+    stage: Stage | None = None
+    #: Templates of its folder whose macros are its steps in the python and
+    #: final stages, one macro per place (imagebuild.render.dockerfile.SLOTS).
+    steps: tuple[str, ...] = ()
+    #: Files its steps bind-mount or copy from the build context: name -> text.
+    files: tuple[tuple[str, str], ...] = ()
+    #: Build-time scripts (checks) its steps run: name in the context -> source. The context
+    #: stages each with the shared helpers the scripts import.
+    scripts: tuple[tuple[str, Path], ...] = ()
+    #: OS packages of the toolchain stage its stage needs beyond the recipe's.
+    build_packages: tuple[str, ...] = ()
+    #: OS packages the final image needs for what it installs.
+    runtime_packages: tuple[str, ...] = ()
+    #: Directories on the image's LD_LIBRARY_PATH, and in the loader cache (name of the
+    #: /etc/ld.so.conf.d entry, directory).
+    library_path: tuple[str, ...] = ()
+    loader_dirs: tuple[tuple[str, str], ...] = ()
+    #: Files the final stage checks with ldd.
+    linked_files: tuple[str, ...] = ()
+    #: Directories appended to the image's PATH.
+    path: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    #: Its part of /opt/imagebuild/manifest.json (its final-stage checks may add to it).
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    #: The pinned sources it is built from, for the SBOM.
+    sources: tuple[PinnedSource, ...] = ()
+    #: (path prefix in the image, size-table part), most specific first.
+    sizes: tuple[tuple[str, str], ...] = ()
+    #: Path prefixes whose build-only files (headers, build trees) it keeps on purpose.
+    keeps: tuple[str, ...] = ()
+
+
 def _no_rules(section: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
     return None
 
 
-def _nothing(section: Any) -> tuple[str, ...]:
+def _nothing(section: Any) -> tuple[Any, ...]:
     return ()
 
 
@@ -44,8 +154,8 @@ def _no_pins(section: Any, recipe: Recipe) -> tuple[Pin, ...]:
 class Component:
     """One optional part of an image, with everything each stage does for it."""
 
-    #: The recipe section's key, and the component's name in the registry, the lock inputs
-    #: and the manifest: ``hipblaslt``.
+    #: The recipe section's key, and the component's name in the registry, the lock inputs,
+    #: the plan and the manifest: ``hipblaslt``.
     name: str
     #: Its name for people (size table, SBOM, messages): ``hipBLASLt``.
     title: str
@@ -57,6 +167,8 @@ class Component:
     defaults: Mapping[str, Any]
     #: The typed settings of a section that passed the format and the rules.
     read: Callable[[SectionData, RecipeData], Section]
+    #: Its plan, when on.
+    plan: Callable[[PlanContext], ComponentPlan]
     #: The rules that tie an enabled section to the rest of the recipe; each problem is
     #: recorded with ``problem(key path, message)``.
     rules: Callable[[SectionData, RecipeData, ProblemAt], None] = _no_rules
@@ -65,6 +177,11 @@ class Component:
     #: What the lock pins for an enabled section (git sources, archives, wheels and
     #: source archives of the wheel index), each pin's key its own.
     pins: Callable[[Any, Recipe], tuple[Pin, ...]] = _no_pins
+    #: The project files an enabled section names.
+    project_files: Callable[[Any], tuple[ProjectFile, ...]] = _nothing
+    #: Components whose outputs it builds on, by name: each earlier in the registry; their
+    #: plans, when on, are handed to its plan (``PlanContext.needed``).
+    needs: tuple[str, ...] = ()
     #: A section of the first recipe format (hipBLASLt, the network plugin): recorded when
     #: off too, in the recipe's hash, its lock inputs and the manifest, as the recipes
     #: written before the later sections were hashed. Later sections count only when on.
@@ -76,28 +193,3 @@ class Component:
     #: ``final``: the final stage's steps) this component goes right before that one, where
     #: the registry's order is not the order the files were first written in.
     precedes: tuple[tuple[str, str], ...] = ()
-
-
-def git_source(section: SectionData) -> GitSource:
-    return GitSource(repository=section.get("repository", ""), ref=section.get("ref", ""))
-
-
-def require_keys(name: str, section: SectionData, keys: tuple[str, ...],
-                 problem: ProblemAt, within: KeyPath = ()) -> None:
-    """Each of ``keys`` must be set when the section is on."""
-    for key in keys:
-        if key not in section:
-            problem((name, *within, key), f"missing (required when {name}.enabled is true)")
-
-
-def needs_rocm(name: str, recipe: RecipeData, problem: ProblemAt, why: str = "") -> None:
-    """The component compiles against or checks with the image's ROCm."""
-    if recipe["rocm"] is None:
-        problem((name, "enabled"), "needs a ROCm release (rocm is null: CPU-only image)" + why)
-
-
-def refused_with_rocm_wheels(name: str, recipe: RecipeData, problem: ProblemAt,
-                             why: str) -> None:
-    """The component needs ROCm in the base image, which a ROCm-from-wheels recipe has not."""
-    if recipe["rocm_from"] == "wheels":
-        problem((name, "enabled"), f"must be false with rocm_from: wheels: {why}")

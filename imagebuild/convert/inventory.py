@@ -25,7 +25,7 @@ from imagebuild.errors import LockError
 from imagebuild.files import sha256_file, write_text_atomic
 from imagebuild.lock.check import current_lock
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.plan import BuildPlan, make_plan
+from imagebuild.render.plan import BuildPlan, plan_for
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,15 @@ class Inventory:
 def sbom_inputs(plan: BuildPlan) -> SbomInputs:
     assert plan.lock is not None
     recipe = plan.recipe
+    hipblaslt = plan.parts.get("hipblaslt")
+    plugin = plan.parts.get("network_plugin")
+    tuner = plan.parts.get("rccl_tuner")
     return SbomInputs(
         recipe=recipe.name, lock=plan.lock,
-        hipblaslt_subdir=plan.hipblaslt.subdir if plan.hipblaslt else ".",
-        plugin_kind=plan.plugin.kind if plan.plugin else None,
-        libfabric_version=plan.plugin.libfabric_version if plan.plugin else None,
-        rccl_tuner=(plan.rccl_tuner.url, plan.rccl_tuner.sha256) if plan.rccl_tuner else None)
+        hipblaslt_subdir=hipblaslt.values.subdir if hipblaslt else ".",
+        plugin_kind=plugin.values.kind if plugin else None,
+        libfabric_version=plugin.values.libfabric_version if plugin else None,
+        rccl_tuner=(tuner.values.url, tuner.values.sha256) if tuner else None)
 
 
 class InventoryScan(ImageScan):
@@ -87,7 +90,7 @@ def recipe_scan(recipe: Recipe, source: ImageSource) -> InventoryScan | None:
     if lock is None:
         return None
     epoch = lock.source_date_epoch
-    return InventoryScan(make_plan(recipe, lock), epoch if epoch is not None
+    return InventoryScan(plan_for(recipe, lock), epoch if epoch is not None
                          else reproducible_epoch(source.config()))
 
 

@@ -43,12 +43,15 @@ class PartLayout:
     @classmethod
     def of(cls, plan: BuildPlan) -> PartLayout:
         prefixes = []
-        if plan.hipblaslt is not None:
-            if plan.hipblaslt.tuning_kit:
-                prefixes.append((f"{plan.hipblaslt.prefix}/tuning", TUNING_KIT))
-            prefixes.append((plan.hipblaslt.prefix, HIPBLASLT))
-        if plan.plugin is not None:
-            prefixes += [(plan.plugin.prefix, PLUGIN), (plan.plugin.libfabric_prefix, PLUGIN)]
+        hipblaslt = plan.parts.get("hipblaslt")
+        plugin = plan.parts.get("network_plugin")
+        if hipblaslt is not None:
+            if hipblaslt.values.tuning_kit:
+                prefixes.append((f"{hipblaslt.values.prefix}/tuning", TUNING_KIT))
+            prefixes.append((hipblaslt.values.prefix, HIPBLASLT))
+        if plugin is not None:
+            prefixes += [(plugin.values.prefix, PLUGIN),
+                         (plugin.values.libfabric_prefix, PLUGIN)]
         prefixes.append((VENV, VENV_PART))
         # A recipe may pin a package's version (librccl1=7.2.4-1~exp3); dpkg names it alone.
         return cls(tuple((p.strip("/") + "/", part) for p, part in prefixes),

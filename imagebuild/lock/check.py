@@ -5,10 +5,9 @@ only from a lock that passed here."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from imagebuild import components
-from imagebuild.errors import LockError
+from imagebuild.errors import LockError, short_path
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.lock.model import (
     ArchivePin,
@@ -27,11 +26,6 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-def display(path: Path) -> str:
-    """``recipes/rocm-7.0.2.yaml``: parent folder and name, the same on every checkout."""
-    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
-
-
 def current_lock(recipe: Recipe) -> Lock | None:
     """The recipe's lock, None when it was never locked; LockError when it is stale."""
     path = lock_path(recipe)
@@ -44,7 +38,7 @@ def current_lock(recipe: Recipe) -> Lock | None:
 
 def check_lock(recipe: Recipe, lock: Lock) -> None:
     """The lock belongs to this recipe, is current, and every pin has its strict format."""
-    where = display(lock.path)
+    where = short_path(lock.path)
     if lock.recipe != recipe.name:
         raise LockError(f"{where}: lock is for recipe {lock.recipe!r}, not {recipe.name!r}")
     if lock.input_hash != recipe.lock_input_hash():

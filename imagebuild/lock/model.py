@@ -45,6 +45,23 @@ LockedSource = LockedGit | LockedArchive
 
 
 @dataclass(frozen=True)
+class PinnedSource:
+    """A pinned input an image component is built from, as the image's bill of materials
+    lists it (imagebuild.convert.sbom)."""
+
+    #: The component it belongs to (its name in the registry).
+    component: str
+    #: Its name in the SBOM: ``hipblaslt``, ``aws-ofi-nccl``, ``libfabric``.
+    name: str
+    #: A git commit, an archive or a source archive of the wheel index.
+    pin: LockedGit | LockedArchive | LockedWheel
+    #: An archive's release, when its URL does not say it.
+    version: str | None = None
+    #: The directory of the repository it is built from.
+    subdir: str = "."
+
+
+@dataclass(frozen=True)
 class GitPin:
     """A git repository the lock pins to the commit its ref names (``git ls-remote``),
     recorded as ``[tool.imagebuild.sources.<key>]``."""

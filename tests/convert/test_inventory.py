@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.convert.inventory import InventoryScan, component_counts
+from imagebuild.convert.inventory import InventoryScan, component_counts, sbom_inputs
 from imagebuild.convert.sbom import (
     IMAGE_SBOM,
-    SbomInputs,
     dpkg_packages,
     image_sbom,
     sbom_json,
@@ -36,7 +35,7 @@ from imagebuild.convert.sizes import (
 )
 from imagebuild.convert.tarfilter import filter_rootfs_tar
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.support.render import write_lock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,13 +71,12 @@ Version: 1.0
 def rocm(tmp_path_factory: pytest.TempPathFactory):
     recipe = load_recipe("rocm-7.0.2", REPO)
     lock = write_lock(recipe, tmp_path_factory.mktemp("lock") / "pylock.rocm-7.0.2.toml")
-    return recipe, lock, make_plan(recipe, lock)
+    return recipe, lock, plan_for(recipe, lock)
 
 
 def _sbom(rocm) -> dict:
-    recipe, lock, plan = rocm
-    inputs = SbomInputs(recipe.name, lock, recipe.components["hipblaslt"].subdir, plan.plugin.kind,
-                        plan.plugin.libfabric_version)
+    _recipe, _lock, plan = rocm
+    inputs = sbom_inputs(plan)
     text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
                                 1_700_000_000))
     assert validation_errors(text) is None
@@ -110,10 +108,9 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
 
 
 def test_sbom_names_the_tuner_archive_by_its_sha256(rocm):
-    recipe, lock, plan = rocm
+    _recipe, _lock, plan = rocm
     url, sha = "https://mirror.example.org/rccl-ext-tuner.tar.gz", "ab" * 32
-    inputs = SbomInputs(recipe.name, lock, recipe.components["hipblaslt"].subdir, plan.plugin.kind,
-                        plan.plugin.libfabric_version, rccl_tuner=(url, sha))
+    inputs = dataclasses.replace(sbom_inputs(plan), rccl_tuner=(url, sha))
     text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
                                 1_700_000_000))
     assert validation_errors(text) is None
@@ -180,7 +177,7 @@ def _crafted(plan) -> dict[str, bytes]:
         "opt/venv/lib/python3.12/site-packages/torch/__init__.py": b"v" * 5000,
         "opt/hipblaslt/lib/libhipblaslt.so.1": b"b" * 4000,
         "opt/hipblaslt/tuning/build/release/CMakeCache.txt": b"k" * 700,
-        f"{plan.plugin.prefix.strip('/')}/lib/librccl-net.so": b"p" * 100,
+        "opt/aws-ofi-nccl/lib/librccl-net.so": b"p" * 100,
         "opt/libfabric/lib/libfabric.so.1": b"f" * 200,
         "opt/imagebuild/manifest.json": b"{}",
         "usr/include/stdio.h": b"i" * 10,

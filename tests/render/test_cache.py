@@ -19,7 +19,7 @@ from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import FIXTURES, REPO
 from tests.support.render import (
     cache_keys,
@@ -41,8 +41,8 @@ class Variant:
         lock_file.parent.mkdir(parents=True)
         self.recipe = recipe
         self.lock = write_lock(recipe, lock_file)
-        self.context = build_context(make_plan(recipe, self.lock), root / "context").directory
-        self.text = render_dockerfile(make_plan(recipe, self.lock))
+        self.context = build_context(plan_for(recipe, self.lock), root / "context").directory
+        self.text = render_dockerfile(plan_for(recipe, self.lock))
         self.stages = parse_dockerfile(self.text)
         self.keys = cache_keys(self.text, self.context)
 

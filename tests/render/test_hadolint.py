@@ -19,7 +19,7 @@ import pytest
 from imagebuild.components.rccl_tuner.component import RcclTuner
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import FIXTURES, REPO, SHIPPED
 from tests.support.render import write_lock
 
@@ -56,7 +56,7 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
         recipe = load_recipe(name, REPO)
         lock_dir = tmp_path / name / "recipes"
         lock_dir.mkdir(parents=True)
-        variants[f"{name}-locked"] = render_dockerfile(make_plan(
+        variants[f"{name}-locked"] = render_dockerfile(plan_for(
             recipe, write_lock(recipe, lock_dir / f"pylock.{name}.toml")))
     recipe = load_recipe("rocm-7.0.2", REPO)
     hip: Any = recipe.components["hipblaslt"]
@@ -77,10 +77,10 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
             True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64,
             interface_adapter=False)),
     }.items():
-        variants[label] = render_dockerfile(make_plan(changed, None))
+        variants[label] = render_dockerfile(plan_for(changed, None))
     cpu = load_recipe("cpu-test", FIXTURES)
-    variants["cpu-unlocked"] = render_dockerfile(make_plan(cpu, None))
-    variants["cpu-no-packages"] = render_dockerfile(make_plan(replace(cpu, os_packages=()), None))
+    variants["cpu-unlocked"] = render_dockerfile(plan_for(cpu, None))
+    variants["cpu-no-packages"] = render_dockerfile(plan_for(replace(cpu, os_packages=()), None))
     return variants
 
 

@@ -14,20 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.components.hipblaslt.component import CBLAS_CONFIG as HIPBLASLT_CBLAS_CONFIG
+from imagebuild.components.hipblaslt.component import FOLDER
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import HIPBLASLT_CBLAS_CONFIG, make_plan
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import REPO
-from tests.support.render import plan_for, write_lock
+from tests.support.render import committed_plan, write_lock
 
-TEMPLATES = REPO / "imagebuild" / "render" / "templates"
+CBLAS_SOURCE = FOLDER / "cblas-config.cmake"
 needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("gcc") is None,
                                  reason="needs cmake and gcc")
 
 
 def build_command(name: str) -> str:
-    text = render_dockerfile(plan_for(load_recipe(name, REPO)))
+    text = render_dockerfile(committed_plan(load_recipe(name, REPO)))
     stage = text.split("FROM toolchain AS hipblaslt", 1)[1].split("\nFROM ", 1)[0]
     return next(run for run in stage.split("\nRUN ") if "./install.sh" in run)
 
@@ -97,7 +99,7 @@ def test_the_pre_11_clients_find_cblas_from_the_distros_libraries(tmp_path: Path
     assert match and match.group(1) == HIPBLASLT_CBLAS_CONFIG
     target = tmp_path / match.group(2).lstrip("/")
     target.parent.mkdir(parents=True)
-    shutil.copy(TEMPLATES / HIPBLASLT_CBLAS_CONFIG, target)
+    shutil.copy(CBLAS_SOURCE, target)
     result = configure(tmp_path, lib, local)
     assert result.returncode == 0, result.stdout + result.stderr
     subprocess.run(["cmake", "--build", str(tmp_path / "build")], check=True,
@@ -112,7 +114,7 @@ def test_the_cblas_configuration_names_what_is_missing(tmp_path: Path):
     (tmp_path / "usr" / "lib").mkdir(parents=True)
     target = tmp_path / "usr" / "local" / "lib" / "cmake" / "cblas" / "cblas-config.cmake"
     target.parent.mkdir(parents=True)
-    shutil.copy(TEMPLATES / HIPBLASLT_CBLAS_CONFIG, target)
+    shutil.copy(CBLAS_SOURCE, target)
     result = configure(tmp_path, tmp_path / "usr" / "lib", tmp_path / "usr" / "local")
     assert result.returncode != 0
     assert "libblas-dev and liblapack-dev" in result.stderr.replace("\n", " ")
@@ -120,10 +122,10 @@ def test_the_cblas_configuration_names_what_is_missing(tmp_path: Path):
 
 def test_the_cblas_configuration_is_staged_with_the_clients(tmp_path: Path):
     recipe = load_recipe("rocm-7.0.2", REPO)
-    build_context(make_plan(recipe, write_lock(recipe, tmp_path / "pylock.toml")),
+    build_context(plan_for(recipe, write_lock(recipe, tmp_path / "pylock.toml")),
                   tmp_path / "ctx")
     assert (tmp_path / "ctx" / HIPBLASLT_CBLAS_CONFIG).read_text() == \
-        (TEMPLATES / HIPBLASLT_CBLAS_CONFIG).read_text()
+        CBLAS_SOURCE.read_text()
     assert f"source={HIPBLASLT_CBLAS_CONFIG}," in build_command("rocm-7.0.2")
     recipes = [p.stem for p in (REPO / "recipes").glob("rocm-*.yaml")]
     for name in recipes:
@@ -161,7 +163,7 @@ def test_install_sh_gets_the_build_options_verbatim_and_the_cap_in_its_environme
     (recipes / "options.yaml").write_text(
         "version: 1\nextends: rocm-7.2.4\nhipblaslt:\n  logic_filter: gfx942/*/*\n"
         "  rocroller: false\n")
-    text = render_dockerfile(plan_for(load_recipe("options", tmp_path)))
+    text = render_dockerfile(committed_plan(load_recipe("options", tmp_path)))
     stage = text.split("FROM toolchain AS hipblaslt", 1)[1].split("\nFROM ", 1)[0]
     export = re.search(r"export CMAKE_BUILD_PARALLEL_LEVEL=[^\\]*", stage).group(0)
     call = re.search(r"taskset -c \"\$cpus\" \./install\.sh[^\\]*", stage).group(0)

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-CHECK = (Path(__file__).resolve().parents[2] / "imagebuild" / "render" / "templates"
-         / "hipblaslt-check.py")
+from imagebuild.components.hipblaslt import component as hipblaslt
+
+CHECK = hipblaslt.FOLDER / "check.py"
 
 def gcc(*args: str) -> None:
     subprocess.run(["gcc", *args], check=True, capture_output=True, text=True, timeout=120)
@@ -282,9 +283,9 @@ def stage_llvm_link(root: Path) -> None:
     from imagebuild.recipe.load import load_recipe
     from imagebuild.render.dockerfile import render_dockerfile
     from tests.render.conftest import REPO
-    from tests.support.render import plan_for
+    from tests.support.render import committed_plan
 
-    text = render_dockerfile(plan_for(load_recipe("rocm-7.1.1", REPO)))
+    text = render_dockerfile(committed_plan(load_recipe("rocm-7.1.1", REPO)))
     match = re.search(r"if \[ ! -e /opt/hipblaslt/llvm \]; then ln -s \S+ \S+; fi", text)
     assert match, "the hipblaslt stage does not link <prefix>/llvm"
     command = match.group(0).replace(" /opt/", f" {root}/opt/")

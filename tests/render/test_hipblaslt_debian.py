@@ -5,7 +5,7 @@ Debian builds it for gfx908, gfx90a, gfx1100, gfx1101, gfx1102, gfx1151, gfx1200
 (the package's X-Rocm-Gpu-Architecture field), not gfx942: 1,287 files, 844 MB under
 /usr/lib/x86_64-linux-gnu/hipblaslt/library, per target a TensileLibrary_lazy_<target>.dat
 index, TensileLibrary_*_<target>.co/.dat pairs, Kernels.so-000-<target>.hsaco and
-extop_<target>.co. The check (render/templates/hipblaslt-check.py kernels, which the final
+extop_<target>.co. The check (components/hipblaslt/check.py kernels, which the final
 stage of a hipBLASLt build runs with the recipe's gpu_targets) must refuse this library for
 gfx942, naming what it carries, and accept it for gfx90a. It reads where the library itself
 looks: hipblaslt/library beside libhipblaslt.so.1, or HIPBLASLT_TENSILE_LIBPATH.
@@ -44,13 +44,13 @@ import subprocess
 
 import pytest
 
+from imagebuild.components.hipblaslt.component import PREFIX as HIPBLASLT_PREFIX
 from imagebuild.inimage.checks.hipblaslt import BENCH_ARGS
 from imagebuild.inimage.tuning.bench import bench_argv
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.context import _tuning_kit_paths, manifest
-from imagebuild.render.dockerfile import TEMPLATES
-from imagebuild.render.layout import HIPBLASLT_PREFIX
-from imagebuild.render.plan import make_plan
+from imagebuild.render.context import build_context
+from imagebuild.render.manifest import manifest
+from imagebuild.render.plan import plan_for
 from testbed import base_images
 from testbed.plugin_recipe import SID_ROCM_7_2_4
 from tests.render.conftest import REPO
@@ -160,17 +160,19 @@ def checked(docker_engine, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     (stand_in / "__init__.py").write_text(TORCH_INIT)
     # The manifest the final stage of rocm-7.2.4 starts from (hipblaslt.bench, its ref).
     recipe = load_recipe("rocm-7.2.4", REPO)
-    plan = make_plan(recipe, write_lock(recipe, work / "pylock.rocm-7.2.4.toml"))
+    plan = plan_for(recipe, write_lock(recipe, work / "pylock.rocm-7.2.4.toml"))
     (stand_in / "manifest.json").write_text(json.dumps(manifest(plan)))
+    # The check and the tuning kit's script as the build context stages them (/check).
+    context = build_context(plan, work / "context")
     # A monorepo (7.x) source tree as install.sh -c leaves it (test_hipblaslt_kit.py), at
     # the same path inside: its MatchTable.yaml names logic files by absolute path.
     source = build_tree(work / "tree", "monorepo")
     ran = subprocess.run(
-        ["docker", "run", "--rm", "--network", "host", "-v", f"{TEMPLATES}:/check:ro",
+        ["docker", "run", "--rm", "--network", "host", "-v", f"{context.directory}:/check:ro",
          "-v", f"{stand_in}:/stand-in:ro", "-v", f"{work / 'tree'}:{work / 'tree'}:ro",
          "-v", f"{REPO / 'imagebuild'}:/ib/imagebuild:ro", "-e", f"TUNE_GEMM={TUNE_GEMM}",
          "-e", f"BENCH={DEBIAN_BENCH}", "-e", f"PREFIX={HIPBLASLT_PREFIX}",
-         "-e", f"SOURCE={source}", "-e", f"KIT_BUILD={_tuning_kit_paths()['build_dir']}",
+         "-e", f"SOURCE={source}", "-e", f"KIT_BUILD={HIPBLASLT_PREFIX}/tuning/build/release",
          image, "bash", "-c", SCRIPT, "install", *HIPBLASLT, *RUNTIME],
         capture_output=True, text=True, timeout=900, check=False)
     assert ran.returncode == 0, (ran.stdout[-3000:], ran.stderr[-3000:])

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-TUNING_KIT = (Path(__file__).resolve().parents[2] / "imagebuild" / "render" / "templates"
-              / "hipblaslt-tuning-kit.sh")
+from imagebuild.components.hipblaslt import component as hipblaslt
+
+TUNING_KIT = hipblaslt.FOLDER / "tuning-kit.sh"
 LOGIC = "library/src/amd_detail/rocblaslt/src/Tensile/Logic/asm_full/gfx942"
 
 #: What find_exact.py does with the build tree, reduced to its reads: run the bench, read the

@@ -17,18 +17,21 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.components.hipblaslt import component as hipblaslt
+from imagebuild.components.hipblaslt.component import torch_hipblaslt
 from imagebuild.errors import RenderError
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.model import Wheels
-from imagebuild.render.context import build_context, manifest
+from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import make_plan, torch_hipblaslt
+from imagebuild.render.manifest import manifest
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import REPO
-from tests.support.render import parse_dockerfile, plan_for, write_lock
+from tests.support.render import committed_plan, parse_dockerfile, write_lock
 
 
 def stages(name: str) -> dict:
-    return parse_dockerfile(render_dockerfile(plan_for(load_recipe(name, REPO))))
+    return parse_dockerfile(render_dockerfile(committed_plan(load_recipe(name, REPO))))
 
 
 def run_instruction(stage, marker: str) -> str:
@@ -49,8 +52,10 @@ def test_which_library_a_torch_wheel_loads(version: str, links: str):
 
 
 def test_644_points_its_bundling_torch_at_the_built_library():
-    plan = plan_for(load_recipe("rocm-6.4.4", REPO))
-    assert (plan.hipblaslt.torch_links, plan.hipblaslt.replaces) == ("bundled", "torch/lib")
+    plan = committed_plan(load_recipe("rocm-6.4.4", REPO))
+    planned = hipblaslt.planned(plan.parts)
+    assert planned is not None
+    assert (planned.torch_links, planned.replaces) == ("bundled", "torch/lib")
     final = stages("rocm-6.4.4")["final"]
     link = run_instruction(final, "hipblaslt-check.py link")
     assert link.endswith("hipblaslt-check.py link /opt/hipblaslt/lib --into-torch")
@@ -60,8 +65,10 @@ def test_644_points_its_bundling_torch_at_the_built_library():
 
 @pytest.mark.parametrize("name", ["rocm-7.0.2", "rocm-7.1.1"])
 def test_7x_lw_wheels_get_the_built_library_in_the_rocm_prefix(name: str):
-    plan = plan_for(load_recipe(name, REPO))
-    assert (plan.hipblaslt.torch_links, plan.hipblaslt.replaces) == ("system", "/opt/rocm/lib")
+    plan = committed_plan(load_recipe(name, REPO))
+    planned = hipblaslt.planned(plan.parts)
+    assert planned is not None
+    assert (planned.torch_links, planned.replaces) == ("system", "/opt/rocm/lib")
     final = stages(name)["final"]
     link = run_instruction(final, "hipblaslt-check.py link")
     assert "link /opt/hipblaslt/lib --into /opt/rocm/lib && ldconfig" in link
@@ -103,7 +110,7 @@ def test_the_pre_monorepo_source_is_a_plain_shallow_fetch():
 
 def test_the_build_context_and_manifest_carry_the_decision(tmp_path: Path):
     recipe = load_recipe("rocm-6.4.4", REPO)
-    plan = make_plan(recipe, write_lock(recipe, tmp_path / "pylock.rocm-6.4.4.toml"))
+    plan = plan_for(recipe, write_lock(recipe, tmp_path / "pylock.rocm-6.4.4.toml"))
     data = manifest(plan)["hipblaslt"]
     assert data["torch"] == {"version": "2.8.0+rocm6.4.4.gitc1404424", "links": "bundled",
                              "replaced_in": "torch/lib"}
@@ -119,7 +126,7 @@ def test_an_unpinned_torch_cannot_decide(tmp_path: Path):
     unpinned = replace(recipe, wheels=replace(recipe.wheels, pinned=pinned))
     assert isinstance(unpinned.wheels, Wheels)
     with pytest.raises(RenderError, match="torch is not pinned"):
-        make_plan(unpinned, None)
+        plan_for(unpinned, None)
 
 
 # --- the monorepo's sparse checkout, for real --------------------------------------------
@@ -243,7 +250,7 @@ def with_options(tmp_path: Path, base: str, options: str) -> str:
     (recipes / "options.yaml").write_text(
         f"version: 1\nextends: {base}\nhipblaslt:\n" + "".join(
             f"  {line}\n" for line in options.splitlines()))
-    return render_dockerfile(plan_for(load_recipe("options", tmp_path)))
+    return render_dockerfile(committed_plan(load_recipe("options", tmp_path)))
 
 
 def install_line(text: str) -> str:
@@ -253,7 +260,7 @@ def install_line(text: str) -> str:
 
 @pytest.mark.parametrize("name", ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1", "rocm-7.2.4"])
 def test_the_shipped_recipes_build_every_logic_file_with_rocroller(name: str):
-    line = install_line(render_dockerfile(plan_for(load_recipe(name, REPO))))
+    line = install_line(render_dockerfile(committed_plan(load_recipe(name, REPO))))
     assert "--logic-yaml-filter" not in line and "--skip_rocroller" not in line
 
 
@@ -275,6 +282,6 @@ def test_logic_filter_alone_on_644(tmp_path: Path):
 
 
 def test_the_jobs_cap_reaches_cmake_and_make_without_their_own_j():
-    stage = render_dockerfile(plan_for(load_recipe("rocm-7.2.4", REPO))).split(
+    stage = render_dockerfile(committed_plan(load_recipe("rocm-7.2.4", REPO))).split(
         "FROM toolchain AS hipblaslt", 1)[1]
     assert '&& export CMAKE_BUILD_PARALLEL_LEVEL="$jobs" MAKEFLAGS="-j$jobs" \\' in stage

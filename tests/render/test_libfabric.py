@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from imagebuild.components.network_plugin import component as network_plugin
+from imagebuild.components.network_plugin.libfabric import abi_name, abi_of
 from imagebuild.errors import RenderError, SiteProfileError
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.site import parse_site
-from imagebuild.render.libfabric import abi_name, abi_of, libfabric_target
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from testbed.source_mirror import fixtures_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,9 @@ def site(name: str, **libfabric: object) -> dict:
 
 def test_shipped_recipes_build_against_what_their_sites_bind() -> None:
     recipe = load_recipe("rocm-7.0.2", REPO)
-    target = libfabric_target(recipe)
+    planned = network_plugin.planned(plan_for(recipe, None).parts)
+    assert planned is not None
+    target = planned.libfabric_target
     assert target.oldest_release == "1.22.0" and target.max_abi == "FABRIC_1.7"
     plugin = network_plugin.section(recipe)
     assert plugin is not None
@@ -77,7 +79,7 @@ def test_libfabric_newer_than_a_bound_site_is_refused_naming_both(tmp_path: Path
         "old": site("old", provided_by="site", version="1.15.2"),
         "new": site("new", provided_by="site", version="2.1.0")})
     with pytest.raises(RenderError) as caught:
-        make_plan(load_recipe("rocm-7.0.2", root), None)
+        plan_for(load_recipe("rocm-7.0.2", root), None)
     message = str(caught.value)
     assert "network_plugin.libfabric.version" in message
     assert "needs FABRIC_1.8" in message and "libfabric 1.15.2" in message
@@ -88,31 +90,31 @@ def test_the_oldest_bound_release_bounds_the_plugin(tmp_path: Path) -> None:
     root = project_with(tmp_path, libfabric="1.14.0", sites=["old", "new"], site_profiles={
         "old": site("old", provided_by="site", version="1.15.2"),
         "new": site("new", provided_by="site", version="2.1.0")})
-    plan = make_plan(load_recipe("rocm-7.0.2", root), None)
-    assert plan.plugin is not None
-    assert plan.plugin.libfabric_target.oldest_release == "1.15.2"
-    assert plan.plugin.libfabric_target.max_abi == "FABRIC_1.6"
+    plugin = network_plugin.planned(plan_for(load_recipe("rocm-7.0.2", root), None).parts)
+    assert plugin is not None
+    assert plugin.libfabric_target.oldest_release == "1.15.2"
+    assert plugin.libfabric_target.max_abi == "FABRIC_1.6"
 
 
 def test_no_bound_site_means_the_images_own_libfabric(tmp_path: Path) -> None:
     root = project_with(tmp_path, libfabric="2.1.0", sites=[])
-    plan = make_plan(load_recipe("rocm-7.0.2", root), None)
-    assert plan.plugin is not None
-    assert plan.plugin.libfabric_target.max_abi == "FABRIC_1.8"
-    assert plan.plugin.libfabric_target.oldest_from == "the image's own libfabric"
+    plugin = network_plugin.planned(plan_for(load_recipe("rocm-7.0.2", root), None).parts)
+    assert plugin is not None
+    assert plugin.libfabric_target.max_abi == "FABRIC_1.8"
+    assert plugin.libfabric_target.oldest_from == "the image's own libfabric"
 
 
 def test_a_site_expecting_the_image_to_carry_cxi_is_refused(tmp_path: Path) -> None:
     root = project_with(tmp_path, libfabric="1.22.0", sites=["carry"], site_profiles={
         "carry": site("carry", provided_by="image")})
     with pytest.raises(RenderError, match="without the CXI provider"):
-        make_plan(load_recipe("rocm-7.0.2", root), None)
+        plan_for(load_recipe("rocm-7.0.2", root), None)
 
 
 def test_an_unknown_site_is_named(tmp_path: Path) -> None:
     root = project_with(tmp_path, libfabric="1.22.0", sites=["nowhere"])
     with pytest.raises(RenderError, match="sites: nowhere"):
-        make_plan(load_recipe("rocm-7.0.2", root), None)
+        plan_for(load_recipe("rocm-7.0.2", root), None)
 
 
 @pytest.mark.parametrize(("libfabric", "problem"), [

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.render.dockerfile import TEMPLATES
+from imagebuild.components.network_plugin import component as network_plugin
 
-CHECK = TEMPLATES / "network-plugin-check.py"
+CHECK = network_plugin.FOLDER / "check.py"
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("gcc") and shutil.which("readelf")), reason="needs gcc and binutils")

@@ -80,9 +80,9 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.components.network_plugin import component as network_plugin
+from imagebuild.components.rccl_tests import component as rccl_tests
 from imagebuild.images import latest_tag
-from imagebuild.render.dockerfile import TEMPLATES
-from imagebuild.render.layout import RCCL_TESTS_COLLECTIVES
 from testbed import base_images
 from testbed.plugin_recipe import (
     SID_ROCM_7_2_4,
@@ -134,7 +134,7 @@ INTERFACES = {
     "plugin-rccl-543": ([6, 5, 4], [5]),
 }
 LOADED = ["plugin-nccl-724", "plugin-rccl-543"]
-CHECK_SCRIPT = TEMPLATES / "network-plugin-check.py"
+CHECK_SCRIPT = network_plugin.FOLDER / "check.py"
 
 
 def imagebuild(project: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -357,7 +357,7 @@ def test_rccl_tests_are_built_for_each_collective_and_resolve_rccl_7_2_4(project
     assert entry["ref"] == "develop" and len(entry["commit"]) == 40
     assert entry["repository"].endswith("/ROCm/rccl-tests.git")
     assert [b.rsplit("/", 1)[-1] for b in entry["binaries"]] == \
-        [f"{name}_perf" for name in RCCL_TESTS_COLLECTIVES]
+        [f"{name}_perf" for name in rccl_tests.COLLECTIVES]
     # bash -c: the binaries are $@, after "ldd" as $0.
     resolved = docker("run", "--rm", image, "bash", "-c", RESOLVE_RCCL, "ldd",
                       *entry["binaries"], check=False)
@@ -380,12 +380,12 @@ def test_rccl_tests_carry_device_code_for_exactly_the_recipes_target(
         docker("cp", f"{container}:/opt/rccl-tests/bin", str(tmp_path / "bin"))
     finally:
         docker("rm", container)
-    binaries = ",".join(f"{name}_perf" for name in RCCL_TESTS_COLLECTIVES)
-    check = [sys.executable, str(TEMPLATES / "rccl-tests-check.py"), str(tmp_path / "bin"),
+    binaries = ",".join(f"{name}_perf" for name in rccl_tests.COLLECTIVES)
+    check = [sys.executable, str(rccl_tests.FOLDER / "check.py"), str(tmp_path / "bin"),
              "--binaries", binaries, "--targets"]
     passed = subprocess.run([*check, "gfx942"], check=False, capture_output=True, text=True)
     assert passed.returncode == 0, passed.stderr
-    assert passed.stdout.count("device code for gfx942\n") == len(RCCL_TESTS_COLLECTIVES)
+    assert passed.stdout.count("device code for gfx942\n") == len(rccl_tests.COLLECTIVES)
     failed = subprocess.run([*check, "gfx90a,gfx942"], check=False, capture_output=True,
                             text=True)
     assert failed.returncode == 1

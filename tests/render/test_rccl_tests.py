@@ -1,7 +1,7 @@
 """rccl-tests in the ROCm images: the recipe key, its lock pin, the stage the plan and the
 Dockerfile make of it, and the stage's device-code check.
 
-The check (render/templates/rccl-tests-check.py) reads the clang offload bundles in an ELF's
+The check (components/rccl_tests/check.py) reads the clang offload bundles in an ELF's
 .hip_fatbin section; here gcc builds ELF files carrying such bundles, written in the layout
 clang's OffloadBundler writes. tests/render/test_plugin_stage.py builds the real benchmarks
 with hipcc against Debian's RCCL 7.2.4 and runs the same check on them.
@@ -20,19 +20,19 @@ from pathlib import Path
 import pytest
 
 from imagebuild.components.rccl_tests import component as rccl_tests
+from imagebuild.components.shared import SOURCE_BUILD_PACKAGES
 from imagebuild.errors import LockError, RecipeError
 from imagebuild.lock.check import check_lock
 from imagebuild.lock.lockfile import read_lock
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.context import manifest
-from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile, stage_plan
-from imagebuild.render.layout import RCCL_TESTS_COLLECTIVES, SOURCE_BUILD_PACKAGES
-from imagebuild.render.plan import make_plan
+from imagebuild.render.dockerfile import render_dockerfile, stage_plan
+from imagebuild.render.manifest import manifest
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
 
-CHECK = TEMPLATES / "rccl-tests-check.py"
-BINARIES = [f"{name}_perf" for name in RCCL_TESTS_COLLECTIVES]
+CHECK = rccl_tests.FOLDER / "check.py"
+BINARIES = [f"{name}_perf" for name in rccl_tests.COLLECTIVES]
 
 
 @pytest.fixture
@@ -110,8 +110,8 @@ def test_the_lock_pins_a_commit_and_check_lock_wants_it(rocm, tmp_path: Path) ->
 def test_the_stage_builds_the_locked_commit_for_the_recipes_targets(rocm) -> None:
     recipe, lock = rocm
     recipe = replace(recipe, gpu_targets=("gfx90a", "gfx942"))
-    plan = make_plan(recipe, lock)
-    assert plan.rccl_tests is not None
+    plan = plan_for(recipe, lock)
+    assert rccl_tests.planned(plan.parts) is not None
     stages = parse_dockerfile(render_dockerfile(plan))
     stage = stages["rccl-tests"]
     assert stage.uses == {"toolchain"} and "rccl-tests" in stages["final"].uses
@@ -125,14 +125,15 @@ def test_the_stage_builds_the_locked_commit_for_the_recipes_targets(rocm) -> Non
     assert "--targets gfx90a,gfx942 --binaries " + ",".join(BINARIES) in stage.text
     assert "MPI=1" not in stage.text
     assert ("rccl-tests", "toolchain + rccl-tests' *_perf benchmarks",
-            "rccl-tests repository/commit, GPU targets") in stage_plan(recipe)
+            "rccl-tests repository/commit, GPU targets") in stage_plan(plan_for(recipe, None))
 
 
 def test_debian_rocm_under_usr_leaves_rocm_path_unset(rocm) -> None:
     """hipcc with ROCM_PATH=/usr looks for the device libraries in the wrong place."""
     recipe, lock = rocm
-    plan = make_plan(replace(recipe, rocm_prefix="/usr"), lock)
-    assert plan.rccl_tests is not None and plan.rccl_tests.rocm_path is None
+    plan = plan_for(replace(recipe, rocm_prefix="/usr"), lock)
+    planned = rccl_tests.planned(plan.parts)
+    assert planned is not None and planned.rocm_path is None
     text = parse_dockerfile(render_dockerfile(plan))["rccl-tests"].text
     assert "ROCM_PATH" not in text
     assert "NCCL_HOME=/usr " in text and "HIPCC='/usr/bin/hipcc --offload-arch=" in text
@@ -141,7 +142,7 @@ def test_debian_rocm_under_usr_leaves_rocm_path_unset(rocm) -> None:
 
 def test_compatibility_flags_are_decided_from_the_sources_and_the_rccl(rocm) -> None:
     recipe, lock = rocm
-    text = parse_dockerfile(render_dockerfile(make_plan(recipe, lock)))["rccl-tests"].text
+    text = parse_dockerfile(render_dockerfile(plan_for(recipe, lock)))["rccl-tests"].text
     fp8 = text.index("-DncclFp8E4M3=ncclFloat8e4m3")
     assert text.rindex("grep -qw ncclFp8E4M3 src/common.h", 0, fp8) > 0
     assert text.rindex('grep -qw ncclFloat8e4m3 "$rccl_h"', 0, fp8) > 0
@@ -151,7 +152,7 @@ def test_compatibility_flags_are_decided_from_the_sources_and_the_rccl(rocm) -> 
 
 def test_the_final_stage_copies_checks_and_puts_the_benchmarks_on_path(rocm) -> None:
     recipe, lock = rocm
-    plan = make_plan(recipe, lock)
+    plan = plan_for(recipe, lock)
     binaries = [f"/opt/rccl-tests/bin/{name}" for name in BINARIES]
     assert set(binaries) <= set(plan.linked_files)
     assert all(package in plan.build_packages for package in SOURCE_BUILD_PACKAGES)
@@ -167,7 +168,7 @@ def test_the_final_stage_copies_checks_and_puts_the_benchmarks_on_path(rocm) -> 
 
 def test_the_manifest_records_the_pin_and_the_binaries(rocm) -> None:
     recipe, lock = rocm
-    entry = manifest(make_plan(recipe, lock))["rccl_tests"]
+    entry = manifest(plan_for(recipe, lock))["rccl_tests"]
     tests = lock.git("rccl-tests")
     assert tests is not None and entry["enabled"] and entry["commit"] == tests.commit
     assert entry["gpu_targets"] == list(recipe.gpu_targets)

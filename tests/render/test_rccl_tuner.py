@@ -25,15 +25,16 @@ from imagebuild.components.rccl_tuner.component import RcclTuner
 from imagebuild.errors import RecipeError, RenderError
 from imagebuild.project import chosen_project
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.context import build_context, manifest
-from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile, stage_plan
-from imagebuild.render.plan import make_plan
+from imagebuild.render.context import build_context
+from imagebuild.render.dockerfile import render_dockerfile, stage_plan
+from imagebuild.render.manifest import manifest
+from imagebuild.render.plan import plan_for
 from imagebuild.tune.rccl import SweepPoint, tuner_config
 from testbed.source_mirror import fixtures_dir
 from tests.render.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
 
-CHECK = TEMPLATES / "tuner-plugin-check.py"
+CHECK = rccl_tuner.FOLDER / "check.py"
 ARCHIVE = "rccl-ext-tuner.tar.gz"
 SHA = "89a0c37a567c07c9570d9ab880b8f982dd49852be01ce1c90fbc585f470955d0"
 TUNER = RcclTuner(enabled=True, url="https://example.org/rccl-ext-tuner.tar.gz", sha256=SHA)
@@ -89,7 +90,7 @@ def test_bad_sections_are_refused(tmp_path: Path, body: str, rocm: str, problem:
 def test_the_image_owns_nccl_tuner_plugin(rocm) -> None:
     recipe, lock = rocm
     with pytest.raises(RenderError, match="env.NCCL_TUNER_PLUGIN: set by imagebuild itself"):
-        make_plan(replace(recipe, env=(("NCCL_TUNER_PLUGIN", "/x.so"),)), lock)
+        plan_for(replace(recipe, env=(("NCCL_TUNER_PLUGIN", "/x.so"),)), lock)
 
 
 # --- plan, Dockerfile, context ----------------------------------------------------------------
@@ -97,8 +98,8 @@ def test_the_image_owns_nccl_tuner_plugin(rocm) -> None:
 def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
                                                                           tmp_path: Path) -> None:
     recipe, lock = rocm
-    plan = make_plan(recipe, lock)
-    assert plan.rccl_tuner is not None
+    plan = plan_for(recipe, lock)
+    assert rccl_tuner.planned(plan.parts) is not None
     for package in ("gcc", "curl", "binutils", "python3"):
         assert package in plan.build_packages
     stages = parse_dockerfile(render_dockerfile(plan))
@@ -117,7 +118,7 @@ def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
         " ".join(final.split())
     assert ":/opt/rccl-tuner/bin" in final
     assert ("rccl-tuner", "toolchain + RCCL's example tuner plugin and its probe",
-            "tuner archive (url, sha256), interface adapter") in stage_plan(recipe)
+            "tuner archive (url, sha256), interface adapter") in stage_plan(plan_for(recipe, None))
     data = manifest(plan)["rccl_tuner"]
     assert data["source"] == {"url": TUNER.url, "sha256": SHA} and data["interface_adapter"]
     context = build_context(plan, tmp_path / "ctx")
@@ -128,13 +129,13 @@ def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
 def test_without_the_adapter_the_example_is_built_as_it_is(rocm) -> None:
     recipe, lock = rocm
     recipe = recipe.with_component("rccl_tuner", replace(TUNER, interface_adapter=False))
-    stage = parse_dockerfile(render_dockerfile(make_plan(recipe, lock)))["rccl-tuner"].text
+    stage = parse_dockerfile(render_dockerfile(plan_for(recipe, lock)))["rccl-tuner"].text
     assert "rccl-tuner-v4.c" not in stage and " plugin.c" in stage
 
 
 def test_images_without_a_tuner_set_nothing(rocm) -> None:
     recipe, lock = rocm
-    text = render_dockerfile(make_plan(recipe.with_component("rccl_tuner", None), lock))
+    text = render_dockerfile(plan_for(recipe.with_component("rccl_tuner", None), lock))
     assert "rccl-tuner" not in text and "NCCL_TUNER" not in text
 
 
@@ -157,8 +158,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _cc("-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o", out["plain"],
         example / "plugin.c")
     _cc("-pthread", "-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o",
-        out["adapted"], TEMPLATES / "rccl-tuner-v4.c")
-    _cc("-o", out["probe"], TEMPLATES / "rccl-tuner-probe.c", "-ldl")
+        out["adapted"], rccl_tuner.FOLDER / "v4-adapter.c")
+    _cc("-o", out["probe"], rccl_tuner.FOLDER / "probe.c", "-ldl")
     rccl = work / "rccl.c"
     rccl.write_text('const char* tuners[] = {"ncclTunerPlugin_v4", "ncclTunerPlugin_v3", '
                     '"ncclTunerPlugin_v2", "ncclNetPlugin_v10"};\n')
@@ -358,7 +359,7 @@ def test_a_recipe_config_is_copied_and_named_by_nccl_tuner_config_file(rocm,
     (project / "tuning" / "nccl_tuner.conf").write_text(config)
     recipe = recipe.with_component("rccl_tuner", replace(TUNER, config="tuning/nccl_tuner.conf"))
     with chosen_project(project):
-        plan = make_plan(recipe, lock)
+        plan = plan_for(recipe, lock)
         final = parse_dockerfile(render_dockerfile(plan))["final"].text
         context = build_context(plan, tmp_path / "ctx")
     assert "COPY rccl-tuner.conf /opt/rccl-tuner/nccl_tuner.conf" in final
@@ -367,14 +368,14 @@ def test_a_recipe_config_is_copied_and_named_by_nccl_tuner_config_file(rocm,
     assert manifest(plan)["rccl_tuner"]["config"] == "/opt/rccl-tuner/nccl_tuner.conf"
     with chosen_project(project), pytest.raises(
             RenderError, match="env.NCCL_TUNER_CONFIG_FILE: set by imagebuild itself"):
-        make_plan(replace(recipe, env=(("NCCL_TUNER_CONFIG_FILE", "/x.conf"),)), lock)
+        plan_for(replace(recipe, env=(("NCCL_TUNER_CONFIG_FILE", "/x.conf"),)), lock)
 
 
 def test_a_missing_config_is_refused_naming_the_key(rocm, tmp_path: Path) -> None:
     recipe, lock = rocm
     recipe = recipe.with_component("rccl_tuner", replace(TUNER, config="tuning/nccl_tuner.conf"))
     with chosen_project(tmp_path), pytest.raises(RenderError) as caught:
-        make_plan(recipe, lock)
+        plan_for(recipe, lock)
     assert (f"rccl_tuner.config: {tmp_path / 'tuning' / 'nccl_tuner.conf'} is not a file"
             in str(caught.value))
     assert "imagebuild tune rccl --sweep-results" in str(caught.value)

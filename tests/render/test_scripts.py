@@ -16,11 +16,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-from imagebuild.render.layout import UV_WHEELS
+from imagebuild.render.layout import SCRIPTS, UV_WHEELS
 from tests.support.indexserver import Fault
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "imagebuild" / "render" / "templates"
-FETCH_UV = TEMPLATES / "fetch-uv.py"
+FETCH_UV = SCRIPTS / "fetch-uv.py"
 
 
 # --- fetch-uv.py ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from imagebuild.lock.epoch import relock_text
 from imagebuild.lock.lockfile import header, lock_path, lock_text, read_lock, tool_table
 from imagebuild.lock.model import ArchivePin, GitPin, Lock, LockedArchive, LockedGit, LockedSource
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.plan import BuildPlan, make_plan
+from imagebuild.render.plan import BuildPlan, plan_for
 
 
 def fake_sha(*parts: str) -> str:
@@ -287,6 +287,6 @@ def served_lock(recipe: Recipe, server, wheels: list[tuple[str, str]], base_dige
     return read_lock(target)
 
 
-def plan_for(recipe: Recipe) -> BuildPlan:
+def committed_plan(recipe: Recipe) -> BuildPlan:
     """The plan ``imagebuild render`` makes: the recipe with its committed lock, if any."""
-    return make_plan(recipe, current_lock(recipe))
+    return plan_for(recipe, current_lock(recipe))

@@ -1,22 +1,31 @@
-"""hipBLASLt: its recipe section and rules."""
+"""hipBLASLt built from source: its recipe section and rules, what the lock pins for it, and
+its plan (the hipblaslt stage, its final-stage steps, manifest, SBOM and size parts)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from imagebuild.components.protocol import (
     Component,
+    ComponentPlan,
+    PlanContext,
     ProblemAt,
     RecipeData,
     SectionData,
+    Stage,
+)
+from imagebuild.components.shared import (
     git_source,
     needs_rocm,
+    pinned_source,
     refused_with_rocm_wheels,
     require_keys,
 )
-from imagebuild.lock.model import GitPin, Pin
+from imagebuild.errors import RenderError, short_path
+from imagebuild.lock.model import GitPin, LockedGit, Pin, PinnedSource
 from imagebuild.recipe import grammar
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.recipe.rocm_layout import release
@@ -122,8 +131,169 @@ def pins(hip: HipBlasLt, recipe: Recipe) -> tuple[Pin, ...]:
     return (GitPin(LOCK_KEY, hip.source),)
 
 
+FOLDER = Path(__file__).resolve().parent
+PREFIX = "/opt/hipblaslt"
+#: The build-time check that torch and hipblaslt-bench map the same libhipblaslt (staged in
+#: the build context, bind-mounted into the final stage).
+CHECK = "hipblaslt-check.py"
+#: The cblas CMake package configuration hipBLASLt's clients look for before 1.1 (staged in
+#: the build context, installed where install.sh -d's LAPACK build would put it).
+CBLAS_CONFIG = "hipblaslt-cblas-config.cmake"
+TUNING_KIT = "hipblaslt-tuning-kit.sh"
+#: Runtime libraries of hipBLASLt's clients (gfortran, and the system LAPACK/BLAS their CPU
+#: reference links: the build packages' liblapack-dev/libblas-dev replace what install.sh -d
+#: would build into /usr/local).
+CLIENT_RUNTIME_PACKAGES = ("libgfortran5", "liblapack3", "libblas3")
+#: Memory one build job may take: install.sh's -j (Tensile's parallel jobs; ROCm/hipBLASLt
+#: install.sh passes it on as Tensile_CPU_THREADS) and the CPUs install.sh may use (its
+#: final `make -j$(nproc)`) are capped at the builder's memory / this, so a many-core
+#: builder with little memory is not OOM-killed. A rule of thumb, not a measured figure:
+#: the peak per job depends on the logic files built.
+TENSILE_JOB_MEMORY_GIB = 4
+#: Which libhipblaslt a torch wheel loads (see torch_hipblaslt).
+TorchLinks = Literal["system", "bundled"]
+
+
+@dataclass(frozen=True)
+class HipBlasLtPlan:
+    repository: str
+    #: The locked commit, or the recipe's ref when unlocked (review renders only).
+    revision: str
+    ref: str
+    subdir: str
+    #: ``;``-joined GPU targets, as CMake's AMDGPU_TARGETS takes them.
+    targets: str
+    clients: bool
+    tuning_kit: bool
+    prefix: str
+    source_dir: str
+    #: Where ROCm is in the base image; a .lw torch wheel loads <rocm_prefix>/lib's library.
+    rocm_prefix: str
+    #: The torch wheel version the decision below was made from.
+    torch_version: str
+    #: "system": the wheel links the system ROCm's libhipblaslt (repo.radeon.com ".lw"
+    #: wheels), so the built library replaces the base image's in <rocm_prefix>/lib;
+    #: "bundled": the wheel carries its own in torch/lib, which is replaced by links to the
+    #: built one. Either way one libhipblaslt file serves torch and hipblaslt-bench.
+    torch_links: TorchLinks
+    #: install.sh --logic-yaml-filter (None: every logic file of the targets).
+    logic_filter: str | None = None
+    #: False: install.sh --skip_rocroller.
+    rocroller: bool = True
+    tensile_job_memory_gib: int = TENSILE_JOB_MEMORY_GIB
+    check: str = CHECK
+    cblas_config: str = CBLAS_CONFIG
+
+    @property
+    def monorepo(self) -> bool:
+        """rocm-libraries keeps hipBLASLt in a subdirectory: fetched as a sparse checkout."""
+        return self.subdir != "."
+
+    @property
+    def library_dir(self) -> str:
+        return f"{self.prefix}/lib"
+
+    @property
+    def bench(self) -> str | None:
+        return f"{self.prefix}/bin/hipblaslt-bench" if self.clients else None
+
+    @property
+    def replaces(self) -> str:
+        """The directory whose libhipblaslt* and hipblaslt/ become links to the built ones."""
+        return f"{self.rocm_prefix}/lib" if self.torch_links == "system" else "torch/lib"
+
+    @property
+    def kit(self) -> str:
+        """The offline tuning kit's root (kept build-only files: find_exact.py's tree)."""
+        return f"{self.prefix}/tuning"
+
+
+def torch_hipblaslt(version: str) -> TorchLinks:
+    """Which libhipblaslt a ROCm torch wheel loads, from its version's local part.
+
+    repo.radeon.com's ".lw" wheels (e.g. 2.8.0+rocm7.0.2.lw.git245bf6ed) are built against
+    the system ROCm and carry none of its libraries: "system". The others (e.g.
+    2.8.0+rocm6.4.4.gitc1404424, and pytorch.org's +rocmX.Y) bundle ROCm's libraries,
+    libhipblaslt and its kernels among them, in torch/lib: "bundled".
+    """
+    local = version.partition("+")[2]
+    return "system" if "lw" in local.split(".") else "bundled"
+
+
+
+def planned(parts: Mapping[str, ComponentPlan]) -> HipBlasLtPlan | None:
+    """HipBLASLt's plan among a build plan's parts (``BuildPlan.parts``), when on."""
+    part = parts.get(NAME)
+    return part.values if part is not None else None
+
+
+def plan(context: PlanContext) -> ComponentPlan:
+    recipe, hip, lock = context.recipe, context.section, context.lock
+    where = short_path(recipe.path)
+    if ".." in hip.subdir.split("/"):
+        raise RenderError(f"{where}: hipblaslt.subdir: {hip.subdir!r} leaves the checkout "
+                          "(no '..' parts)")
+    locked = lock.git(LOCK_KEY) if lock else None
+    locked_torch = lock.wheel("torch") if lock else None
+    torch = recipe.wheels.version_of("torch") or (locked_torch.version if locked_torch
+                                                  else None)
+    if torch is None:
+        raise RenderError(f"{where}: hipblaslt: torch is not pinned in wheels.packages, so "
+                          "which libhipblaslt it loads (a .lw wheel links the system ROCm's, "
+                          "others bundle their own) cannot be decided")
+    repository, revision = pinned_source(hip.source, locked)
+    values = HipBlasLtPlan(
+        repository=repository, revision=revision, ref=hip.source.ref, subdir=hip.subdir,
+        targets=";".join(recipe.gpu_targets), clients=hip.clients,
+        tuning_kit=hip.tuning_kit and hip.clients, prefix=PREFIX,
+        source_dir="/usr/src/hipblaslt" + ("" if hip.subdir == "." else f"/{hip.subdir}"),
+        rocm_prefix=recipe.rocm_prefix, torch_version=torch,
+        torch_links=torch_hipblaslt(torch), logic_filter=hip.logic_filter,
+        rocroller=hip.rocroller)
+    files = [(TUNING_KIT, (FOLDER / "tuning-kit.sh").read_text())]
+    if values.clients:
+        files.append((CBLAS_CONFIG, (FOLDER / "cblas-config.cmake").read_text()))
+    return ComponentPlan(
+        name=NAME, values=values,
+        stage=Stage("hipblaslt", "stage.j2", "toolchain + hipBLASLt build + tuning kit",
+                    "hipBLASLt repository/commit, GPU targets (source layer: commit only)"),
+        steps=("final.j2",), files=tuple(files), scripts=((CHECK, FOLDER / "check.py"),),
+        runtime_packages=CLIENT_RUNTIME_PACKAGES if values.clients else (),
+        library_path=(values.library_dir,),
+        linked_files=(f"{values.library_dir}/libhipblaslt.so",
+                      *((values.bench,) if values.bench else ())),
+        manifest=_manifest(values, hip, recipe.gpu_targets, locked),
+        sources=(PinnedSource(NAME, "hipblaslt", locked, subdir=hip.subdir),) if locked else (),
+        sizes=(*(((values.kit, "hipBLASLt tuning kit"),) if values.tuning_kit else ()),
+               (PREFIX, "hipBLASLt")),
+        keeps=(values.kit,) if values.tuning_kit else ())
+
+
+def _manifest(values: HipBlasLtPlan, hip: HipBlasLt, targets: tuple[str, ...],
+              locked: LockedGit | None) -> dict[str, Any]:
+    """Its source, where it is and which library torch loads, decided from its wheel;
+    "loaded" (the files torch maps and the bench links, proved one) is filled in by the
+    final stage's check."""
+    if locked is None:
+        return {"enabled": True}
+    kit = values.kit
+    return {
+        "enabled": True, "repository": locked.repository, "ref": locked.ref,
+        "commit": locked.commit, "subdir": hip.subdir, "gpu_targets": list(targets),
+        "clients": hip.clients, "prefix": PREFIX, "library": values.library_dir,
+        "bench": values.bench,
+        "tuning_kit": {"root": kit, "find_exact": f"{kit}/utilities/find_exact.py",
+                       "build_dir": f"{kit}/build/release",
+                       "usage": f"python {kit}/utilities/find_exact.py CONFIG.yaml "
+                                f"{kit}/build/release OUT"} if values.tuning_kit else None,
+        "torch": {"version": values.torch_version, "links": values.torch_links,
+                  "replaced_in": values.replaces},
+        "loaded": None,
+    }
+
+
 COMPONENT = Component(
-    name=NAME, title="hipBLASLt", folder=Path(__file__).resolve().parent,
-    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins,
+    name=NAME, title="hipBLASLt", folder=FOLDER,
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins, plan=plan,
     always_recorded=True, needs_build_packages=True,
 )

@@ -10,14 +10,14 @@ whose ABI every site the recipe targets provides, or the recipe is refused here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from imagebuild.errors import ImagebuildError, RenderError
-from imagebuild.lock.check import display
-from imagebuild.recipe.model import Recipe
-from imagebuild.recipe.site import SiteProfile, load_site
+from imagebuild.errors import RenderError
+
+if TYPE_CHECKING:
+    from imagebuild.recipe.site import SiteProfile
 
 #: (first release, the newest ABI tag it defines), newest first: the release that first
 #: lists each FABRIC_1.x in libfabric.map.in (git history of ofiwg/libfabric, checked up to
@@ -66,13 +66,10 @@ class LibfabricTarget:
     max_abi: str
 
 
-def libfabric_target(recipe: Recipe, project: Path | None = None) -> LibfabricTarget:
-    """The plugin's libfabric constraints for ``recipe``; RenderError when its sites'
-    policy and its libfabric release cannot work together."""
-    where = display(recipe.path)
-    plugin: Any = recipe.components["network_plugin"]
-    build = plugin.libfabric.version
-    sites = _sites(recipe, project)
+def libfabric_target(where: str, build: str, sites: Sequence[SiteProfile]) -> LibfabricTarget:
+    """The libfabric constraints of a plugin built against libfabric ``build`` for the
+    recipe at ``where`` and its ``sites``; RenderError when the sites' policy and that
+    release cannot work together."""
     bound: list[tuple[str, SiteProfile]] = []
     for site in sites:
         policy = site.libfabric
@@ -107,16 +104,3 @@ def libfabric_target(recipe: Recipe, project: Path | None = None) -> LibfabricTa
             hint=f"build against a libfabric release with at most {target.max_abi}, e.g. "
                  f"{oldest_release}, or drop the site from the recipe's sites")
     return target
-
-
-def _sites(recipe: Recipe, project: Path | None) -> list[SiteProfile]:
-    project = project or recipe.path.resolve().parent.parent
-    sites = []
-    for name in recipe.sites:
-        try:
-            sites.append(load_site(name, project))
-        except ImagebuildError as exc:
-            raise RenderError(f"{display(recipe.path)}: sites: {name}: {exc}",
-                              hint="name a profile in imagebuild/data/sites/ or the "
-                                   "project's sites/ directory") from exc
-    return sites
