@@ -452,6 +452,27 @@ def test_the_adapted_tuner_is_what_rccl_7_2_4_looks_up_and_the_image_names_it(
           f"{interface['plugin_exports']}, chosen v{interface['chosen']}")
 
 
+def test_every_size_row_and_sbom_source_names_its_component(project: dict) -> None:
+    """The image with the plugin, rccl-tests and the tuner: its build record's size table has a
+    row of its own for each of them, and each source in its SBOM names its component."""
+    name = TUNER_IMAGE
+    record = json.loads((project["root"] / "artifacts" / f"{name}.build.json").read_text())
+    parts = {p["part"]: p["bytes"] for p in record["sizes"]["parts"]}
+    assert list(parts) == ["base image", "OS packages added", "venv",
+                           "network plugin + libfabric", "rccl-tests", "RCCL tuner", "other"]
+    assert all(parts[part] > 0 for part in ("network plugin + libfabric", "rccl-tests",
+                                            "RCCL tuner"))
+    sbom = json.loads((project["root"] / "artifacts" / f"{name}.cdx.json").read_text())
+    named = {c["bom-ref"]: [p["value"] for p in c.get("properties", [])
+                            if p["name"] == "imagebuild:component"]
+             for c in sbom["components"] if c["bom-ref"].startswith("source:")}
+    assert named == {"source:aws-ofi-nccl": ["network_plugin"],
+                     "source:libfabric": ["network_plugin"],
+                     "source:rccl-tests": ["rccl_tests"], "source:rccl-tuner": ["rccl_tuner"]}
+    print(f"\n[sizes] {name}: " + ", ".join(f"{part} {size / (1 << 20):.1f} MiB"
+                                            for part, size in parts.items()))
+
+
 def test_a_tune_rccl_config_changes_the_choice_in_the_image_for_its_sizes_only(
         project: dict) -> None:
     """The configuration `imagebuild tune rccl` wrote from SWEEP is in the image
