@@ -22,6 +22,7 @@ from imagebuild.render.layout import (
     CHECKS_SOURCE,
     DEVICE_CODE_CHECK,
     FETCH_UV,
+    SCRIPT_HELPERS,
     SCRIPTS,
     SELECTOR_FILE,
     SHIM_COMMAND,
@@ -80,10 +81,11 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
         files.update(part.files)
         scripts.update(part.scripts)
     for name, source in scripts.items():
-        files[name] = source.read_text(encoding="utf-8")
+        files.update(staged_script(name, source))
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o755)
         path.write_text(text, encoding="utf-8")
         path.chmod(0o755 if name.startswith("bin/") else 0o644)
     copy_checks(dest_dir / "checks", checks)
@@ -92,6 +94,15 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
     staged = sorted(str(p.relative_to(dest_dir)) for p in dest_dir.rglob("*")
                     if p.is_file() and p.name != CONTEXT_MARKER)
     return BuildContext(dest_dir, dest_dir / "Dockerfile", tuple(staged))
+
+
+def staged_script(name: str, source: Path) -> dict[str, str]:
+    """A build-time script as the context stages it: a directory ``name`` that Python runs
+    (its ``__main__.py``, the script), with the helpers the scripts share beside it; the
+    step that runs it bind-mounts the directory and runs ``python3 /tmp/imagebuild/<name>``
+    (imagebuild/render/scripts/buildtime.py says why)."""
+    return {f"{name}/__main__.py": source.read_text(encoding="utf-8"),
+            f"{name}/{SCRIPT_HELPERS.name}": SCRIPT_HELPERS.read_text(encoding="utf-8")}
 
 
 def copy_checks(directory: Path, source: Path = CHECKS_SOURCE) -> Path:

@@ -54,6 +54,8 @@ SELECTOR_FILE = "selector.txt"
 #: the final stage's device-code diet of packaged-ROCm images.
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 FETCH_UV = "fetch-uv.py"
+#: What every build-time script imports, staged beside each (imagebuild.render.context).
+SCRIPT_HELPERS = SCRIPTS / "buildtime.py"
 #: The final stage's device-code diet of packaged-ROCm images, and what it writes.
 DEVICE_CODE_CHECK = "device-code-check.py"
 DEVICE_CODE_REPORT = "/opt/imagebuild/device-code.json"

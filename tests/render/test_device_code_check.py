@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.render.layout import DEVICE_CODE_CHECK, SCRIPTS
+from tests.support.scripts import staged
 
-SCRIPT = SCRIPTS / DEVICE_CODE_CHECK
+SCRIPT = staged(DEVICE_CODE_CHECK, SCRIPTS / DEVICE_CODE_CHECK)
 ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1100")
 KERNELS = {
     "lib/rocblas/library": [f"TensileLibrary_lazy_{a}.dat" for a in ARCHES]

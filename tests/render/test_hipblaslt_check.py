@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.components.hipblaslt import component as hipblaslt
+from tests.support.scripts import staged
 
-CHECK = hipblaslt.FOLDER / "check.py"
+CHECK = staged(hipblaslt.CHECK, hipblaslt.FOLDER / "check.py")
 
 def gcc(*args: str) -> None:
     subprocess.run(["gcc", *args], check=True, capture_output=True, text=True, timeout=120)

@@ -117,7 +117,9 @@ def test_the_build_context_and_manifest_carry_the_decision(tmp_path: Path):
     assert data["loaded"] is None  # filled in by the final stage's check
     assert data["ref"] == "rocm-6.4.4" and re.fullmatch(r"[0-9a-f]{40}", data["commit"])
     staged = build_context(plan, tmp_path / "ctx")
-    assert {"hipblaslt-check.py", "hipblaslt-tuning-kit.sh"} <= set(staged.files)
+    # the check staged as a directory Python runs, with the helpers the scripts share
+    assert {"hipblaslt-check.py/__main__.py", "hipblaslt-check.py/buildtime.py",
+            "hipblaslt-tuning-kit.sh"} <= set(staged.files)
 
 
 def test_an_unpinned_torch_cannot_decide(tmp_path: Path):

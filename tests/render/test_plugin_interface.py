@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.components.network_plugin import component as network_plugin
+from tests.support.scripts import staged
 
-CHECK = network_plugin.FOLDER / "check.py"
+CHECK = staged(network_plugin.CHECK, network_plugin.FOLDER / "check.py")
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("gcc") and shutil.which("readelf")), reason="needs gcc and binutils")

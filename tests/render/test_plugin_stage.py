@@ -93,6 +93,7 @@ from testbed.plugin_recipe import (
 )
 from testbed.source_mirror import TUNER_ARCHIVE, SourceMirror
 from tests.support.indexserver import IndexServer
+from tests.support.scripts import staged
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
@@ -134,7 +135,7 @@ INTERFACES = {
     "plugin-rccl-543": ([6, 5, 4], [5]),
 }
 LOADED = ["plugin-nccl-724", "plugin-rccl-543"]
-CHECK_SCRIPT = network_plugin.FOLDER / "check.py"
+CHECK_SCRIPT = staged(network_plugin.CHECK, network_plugin.FOLDER / "check.py")
 
 
 def imagebuild(project: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -381,7 +382,7 @@ def test_rccl_tests_carry_device_code_for_exactly_the_recipes_target(
     finally:
         docker("rm", container)
     binaries = ",".join(f"{name}_perf" for name in rccl_tests.COLLECTIVES)
-    check = [sys.executable, str(rccl_tests.FOLDER / "check.py"), str(tmp_path / "bin"),
+    check = [sys.executable, str(staged(rccl_tests.CHECK, rccl_tests.FOLDER / "check.py")), str(tmp_path / "bin"),
              "--binaries", binaries, "--targets"]
     passed = subprocess.run([*check, "gfx942"], check=False, capture_output=True, text=True)
     assert passed.returncode == 0, passed.stderr
@@ -420,7 +421,7 @@ def test_rccl_7_2_4_refuses_the_example_tuner_as_it_is(project: dict) -> None:
     built = project["refused"]["tuner-724-as-is"]
     assert built.returncode != 0
     output = built.stdout + built.stderr
-    assert ("looks up ncclTunerPlugin_v4, v3, v2; the tuner librccl-tuner.so exports only v5: "
+    assert ("looks up ncclTunerPlugin_v4..v2; the tuner librccl-tuner.so exports only v5: "
             "RCCL would not load it" in output), output[-3000:]
     assert "/usr/lib/x86_64-linux-gnu/librccl.so" in output
 

@@ -30,8 +30,9 @@ from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
 from tests.render.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
+from tests.support.scripts import staged
 
-CHECK = rccl_tests.FOLDER / "check.py"
+CHECK = staged(rccl_tests.CHECK, rccl_tests.FOLDER / "check.py")
 BINARIES = [f"{name}_perf" for name in rccl_tests.COLLECTIVES]
 
 

@@ -33,8 +33,9 @@ from imagebuild.tune.rccl import SweepPoint, tuner_config
 from testbed.source_mirror import fixtures_dir
 from tests.render.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
+from tests.support.scripts import staged
 
-CHECK = rccl_tuner.FOLDER / "check.py"
+CHECK = staged(rccl_tuner.CHECK, rccl_tuner.FOLDER / "check.py")
 ARCHIVE = "rccl-ext-tuner.tar.gz"
 SHA = "89a0c37a567c07c9570d9ab880b8f982dd49852be01ce1c90fbc585f470955d0"
 TUNER = RcclTuner(enabled=True, url="https://example.org/rccl-ext-tuner.tar.gz", sha256=SHA)
@@ -122,7 +123,7 @@ def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
     data = manifest(plan)["rccl_tuner"]
     assert data["source"] == {"url": TUNER.url, "sha256": SHA} and data["interface_adapter"]
     context = build_context(plan, tmp_path / "ctx")
-    for name in ("tuner-plugin-check.py", "rccl-tuner-v4.c", "rccl-tuner-probe.c"):
+    for name in ("tuner-plugin-check.py/__main__.py", "rccl-tuner-v4.c", "rccl-tuner-probe.c"):
         assert name in context.files
 
 
@@ -176,7 +177,7 @@ def _check(library: Path, rccl: Path, record: Path, *extra: str) -> subprocess.C
 def test_the_example_as_it_is_fails_the_check(built, tmp_path: Path) -> None:
     result = _check(built["plain"], built["rccl"], tmp_path / "r.json")
     assert result.returncode == 1
-    assert ("looks up ncclTunerPlugin_v4, v3, v2; the tuner plain.so exports only v5: RCCL "
+    assert ("looks up ncclTunerPlugin_v4..v2; the tuner plain.so exports only v5: RCCL "
             "would not load it") in result.stderr
     assert "interface_adapter" in result.stderr and not (tmp_path / "r.json").exists()
 

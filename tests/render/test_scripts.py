@@ -18,8 +18,9 @@ from pathlib import Path
 
 from imagebuild.render.layout import SCRIPTS, UV_WHEELS
 from tests.support.indexserver import Fault
+from tests.support.scripts import staged
 
-FETCH_UV = SCRIPTS / "fetch-uv.py"
+FETCH_UV = staged("fetch-uv.py", SCRIPTS / "fetch-uv.py")
 
 
 # --- fetch-uv.py ----------------------------------------------------------------------------

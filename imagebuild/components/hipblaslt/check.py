@@ -41,7 +41,8 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import NoReturn
+
+from buildtime import fail, manifest_section, update_manifest
 
 #: The child that imports torch and reports the libhipblaslt files mapped into it.
 TORCH_MAPS = (
@@ -52,10 +53,6 @@ TORCH_MAPS = (
 )
 PATTERNS = ("libhipblaslt.so*", "libhipblaslt-*.so*")
 
-
-def fail(message: str) -> NoReturn:
-    print(f"hipblaslt-check: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def torch_lib() -> str:
@@ -256,19 +253,12 @@ def final(args: argparse.Namespace) -> None:
     checked = [(how.strip() or "as is", *proved(args, real, how, env))
                for how, env in environments(args.image_library_path)]
     _, mapped, bench = checked[0]
-    with open(args.manifest, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    entry = manifest.setdefault("hipblaslt", {})
-    entry["loaded"] = {"file": real, "torch_maps": mapped, "bench_links": bench,
-                       "checked": [how for how, _, _ in checked],
-                       "commit": entry.get("commit"), "ref": entry.get("ref")}
-    if found is not None:
-        entry["kernels"] = found
-    partial = args.manifest + ".partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2)
-        handle.write("\n")
-    os.replace(partial, args.manifest)
+    entry = manifest_section(args.manifest, "hipblaslt")
+    loaded = {"file": real, "torch_maps": mapped, "bench_links": bench,
+              "checked": [how for how, _, _ in checked],
+              "commit": entry.get("commit"), "ref": entry.get("ref")}
+    update_manifest(args.manifest, "hipblaslt",
+                    {"loaded": loaded, **({"kernels": found} if found is not None else {})})
     print(f"hipblaslt-check: import torch maps {', '.join(mapped)} and hipblaslt-bench "
           f"links {bench or '-'} ({'; '.join(how for how, _, _ in checked)}): one file, "
           f"{real} (hipBLASLt {entry.get('ref')} at {entry.get('commit')})")

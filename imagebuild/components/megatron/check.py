@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import subprocess
 import sys
@@ -25,13 +24,11 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-
-def fail(message: str) -> None:
-    print(f"megatron-check: {message}", file=sys.stderr)
-    sys.exit(1)
+from buildtime import fail, update_manifest
 
 
-def check(prefix: Path) -> dict[str, Any]:
+def megatron_checkout(prefix: Path) -> dict[str, Any]:
+    """What the checkout holds, after proving its helpers built and up to date."""
     datasets = prefix / "megatron" / "core" / "datasets"
     if not (prefix / "pretrain_gpt.py").is_file():
         fail(f"{prefix}/pretrain_gpt.py is missing: not a Megatron-LM checkout")
@@ -72,15 +69,8 @@ def main() -> None:
     parser.add_argument("prefix", type=Path)
     parser.add_argument("--manifest", required=True)
     args = parser.parse_args()
-    found = check(args.prefix)
-    with open(args.manifest, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    manifest.setdefault("megatron", {}).update(found)
-    partial = args.manifest + ".partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2)
-        handle.write("\n")
-    os.replace(partial, args.manifest)
+    found = megatron_checkout(args.prefix)
+    update_manifest(args.manifest, "megatron", found)
     print(f"megatron-check: {args.prefix}: helpers {', '.join(found['dataset_helpers'])} built "
           f"and up to date; megatron.core {found['version']} imports from the venv")
 

@@ -28,45 +28,25 @@ silently uses its own sockets/IB transport instead.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
-import subprocess
-import sys
 
-TAG = re.compile(r"^FABRIC_(\d+)\.(\d+)$")
-#: Not ncclCollNetPlugin_v<N>: the collective-network plugin's interface, looked up apart.
-#: Starts with the literal, which re finds fast; the character before it is checked apart
-#: (a leading lookbehind makes re try every byte: 10 s instead of 0.5 s on RCCL 7.2.4's
-#: 361 MiB library).
-LOOKUP = re.compile(rb"ncclNetPlugin_v(\d+)(?![0-9A-Za-z_])")
-IDENTIFIER = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-EXPORT = re.compile(r"^ncclNetPlugin_v(\d+)(?:@.*)?$")
-#: A child process dlopens, so that LD_LIBRARY_PATH applies (the loader reads it at start),
-#: and reports the libfabric the loader mapped.
-DLOPEN = (
-    "import ctypes, json, os, sys\n"
-    "ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)\n"
-    "maps = open('/proc/self/maps').read().split()\n"
-    "print(json.dumps(sorted({p for p in maps if '/libfabric.so' in p})))\n"
+from buildtime import (
+    dlopen,
+    fail,
+    rccl_library,
+    readelf,
+    span,
+    update_manifest,
+    versions_exported,
+    versions_looked_up,
 )
 
-
-def fail(message: str) -> None:
-    print(f"network-plugin-check: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def readelf(*args: str) -> str:
-    try:
-        result = subprocess.run(["readelf", "-W", *args], check=False, capture_output=True,
-                                text=True)
-    except FileNotFoundError:
-        fail("readelf not found: the toolchain stage needs binutils")
-    if result.returncode != 0:
-        fail(f"readelf {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout
+TAG = re.compile(r"^FABRIC_(\d+)\.(\d+)$")
+#: The interface RCCL looks up by name (not ncclCollNetPlugin_v<N>: the collective-network
+#: plugin's interface, looked up apart).
+INTERFACE = "ncclNetPlugin_v"
 
 
 def dynamic(library: str) -> dict[str, list[str]]:
@@ -105,59 +85,13 @@ def fabric_symbols(library: str) -> list[str]:
     return sorted(found)
 
 
-def rccl_library(where: str) -> str:
-    """The librccl.so of a ROCm prefix (or a library path): PREFIX/lib/librccl.so, else
-    PREFIX/lib/*/librccl.so* (Debian's multiarch layout), symlinks resolved."""
-    if os.path.isfile(where):
-        return where
-    candidates = [os.path.join(where, "lib", "librccl.so")]
-    candidates += sorted(glob.glob(os.path.join(where, "lib", "*", "librccl.so*")))
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return candidate
-    fail(f"no RCCL library under {where} (looked for {where}/lib/librccl.so and "
-         f"{where}/lib/*/librccl.so*): cannot tell which plugin interface it looks up")
-    raise AssertionError  # unreachable
-
-
-def versions_looked_up(rccl: str) -> list[int]:
-    """The ncclNetPlugin_v<N> names RCCL dlsyms, newest first (string literals in .rodata)."""
-    with open(rccl, "rb") as handle:
-        data = handle.read()
-    found = {int(m.group(1)) for m in LOOKUP.finditer(data)
-             if m.start() == 0 or data[m.start() - 1] not in IDENTIFIER}
-    return sorted(found, reverse=True)
-
-
-def versions_exported(library: str) -> list[int]:
-    """The ncclNetPlugin_v<N> the plugin defines as global objects or functions, newest first."""
-    found = set()
-    for line in readelf("--dyn-syms", library).splitlines():
-        words = line.split()
-        if (len(words) >= 8 and words[3] in ("OBJECT", "FUNC") and words[4] == "GLOBAL"
-                and words[6] != "UND"):
-            match = EXPORT.match(words[7])
-            if match:
-                found.add(int(match.group(1)))
-    return sorted(found, reverse=True)
-
-
-def span(versions: list[int]) -> str:
-    """[10, 9, 8, 7, 6] -> 'v10..v6'; [11, 5] -> 'v11, v5'."""
-    if not versions:
-        return "none"
-    if len(versions) > 2 and versions == list(range(versions[0], versions[-1] - 1, -1)):
-        return f"v{versions[0]}..v{versions[-1]}"
-    return ", ".join(f"v{v}" for v in versions)
-
-
 def interface(library: str, where: str) -> dict:
-    rccl = rccl_library(where)
-    wanted = versions_looked_up(rccl)
+    rccl = rccl_library(where, "plugin")
+    wanted = versions_looked_up(rccl, INTERFACE)
     if not wanted:
         fail(f"RCCL at {rccl} contains no ncclNetPlugin_v<N> lookup string: not an RCCL/NCCL "
              f"library, or one that loads no network plugin")
-    offered = versions_exported(library)
+    offered = versions_exported(library, INTERFACE)
     shared = sorted(set(wanted) & set(offered), reverse=True)
     if not shared:
         only = "only " if offered else ""
@@ -172,19 +106,6 @@ def interface(library: str, where: str) -> dict:
 def tag_key(tag: str) -> tuple[int, int]:
     match = TAG.match(tag)
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-
-
-def dlopen(library: str, library_path: str | None) -> list[str]:
-    env = dict(os.environ)
-    if library_path is not None:
-        env["LD_LIBRARY_PATH"] = library_path
-    result = subprocess.run([sys.executable, "-c", DLOPEN, library], check=False, env=env,
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        error = result.stderr.strip().splitlines()[-1:] or ["no output"]
-        where = f" with LD_LIBRARY_PATH={library_path}" if library_path else ""
-        fail(f"dlopen({library}, RTLD_NOW){where} failed: {error[0]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def stage(args: argparse.Namespace) -> None:
@@ -212,7 +133,7 @@ def stage(args: argparse.Namespace) -> None:
              f"{args.max_abi}): it would not load there, and RCCL would fall back to sockets. "
              f"Build the plugin against an older libfabric (this one: {args.built_against}).")
     net = interface(library, args.rccl)
-    mapped = dlopen(library, args.libfabric_dir)
+    mapped = dlopen(library, args.libfabric_dir, "/libfabric.so")
     record = {
         "library": library,
         "file": os.path.realpath(library),
@@ -239,18 +160,11 @@ def stage(args: argparse.Namespace) -> None:
 
 
 def final(args: argparse.Namespace) -> None:
-    mapped = dlopen(args.library, None)
+    mapped = dlopen(args.library, None, "/libfabric.so")
     with open(args.record, encoding="utf-8") as handle:
         record = json.load(handle)
     record["dlopen_in_image"] = {"libfabric": mapped}
-    with open(args.manifest, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    manifest.setdefault("network_plugin", {})["elf"] = record
-    partial = args.manifest + ".partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2)
-        handle.write("\n")
-    os.replace(partial, args.manifest)
+    update_manifest(args.manifest, "network_plugin", {"elf": record})
     print(f"network-plugin-check: {args.library} loads in the image with {', '.join(mapped)}")
 
 

@@ -24,13 +24,11 @@ import struct
 import sys
 import zlib
 
+from buildtime import fail
+
 MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED = b"CCOB"
 
-
-def fail(message: str) -> None:
-    print(f"rccl-tests-check: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def section(path: str, name: bytes) -> bytes | None:

@@ -21,94 +21,37 @@ readelf (binutils) reads the plugin's exports.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
-import re
 import subprocess
-import sys
 
-#: Starts with the literal, which re finds fast; the character before it is checked apart
-#: (a leading lookbehind makes re try every byte: 10 s instead of 0.5 s on RCCL 7.2.4's
-#: 361 MiB library).
-LOOKUP = re.compile(rb"ncclTunerPlugin_v(\d+)(?![0-9A-Za-z_])")
-IDENTIFIER = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-EXPORT = re.compile(r"^ncclTunerPlugin_v(\d+)(?:@.*)?$")
+from buildtime import (
+    dlopen,
+    fail,
+    rccl_library,
+    span,
+    update_manifest,
+    versions_exported,
+    versions_looked_up,
+)
+
+#: The interface RCCL looks up by name (src/plugin/tuner.cc).
+INTERFACE = "ncclTunerPlugin_v"
 #: The interface rccl-tuner-probe calls.
 PROBE_VERSION = 4
-DLOPEN = "import ctypes, os, sys\nctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)\n"
-
-
-def fail(message: str) -> None:
-    print(f"tuner-plugin-check: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def rccl_library(where: str) -> str:
-    """The librccl.so of a ROCm prefix (or a library path): PREFIX/lib/librccl.so, else
-    PREFIX/lib/*/librccl.so* (Debian's multiarch layout)."""
-    if os.path.isfile(where):
-        return where
-    candidates = [os.path.join(where, "lib", "librccl.so")]
-    candidates += sorted(glob.glob(os.path.join(where, "lib", "*", "librccl.so*")))
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return candidate
-    fail(f"no RCCL library under {where} (looked for {where}/lib/librccl.so and "
-         f"{where}/lib/*/librccl.so*): cannot tell which tuner interface it looks up")
-    raise AssertionError  # unreachable
-
-
-def versions_looked_up(rccl: str) -> list[int]:
-    """The ncclTunerPlugin_v<N> names RCCL dlsyms, newest first."""
-    with open(rccl, "rb") as handle:
-        data = handle.read()
-    return sorted({int(m.group(1)) for m in LOOKUP.finditer(data)
-                   if m.start() == 0 or data[m.start() - 1] not in IDENTIFIER}, reverse=True)
-
-
-def versions_exported(library: str) -> list[int]:
-    """The ncclTunerPlugin_v<N> the plugin defines as global objects, newest first."""
-    try:
-        result = subprocess.run(["readelf", "-W", "--dyn-syms", library], check=False,
-                                capture_output=True, text=True)
-    except FileNotFoundError:
-        fail("readelf not found: the toolchain stage needs binutils")
-    if result.returncode != 0:
-        fail(f"readelf --dyn-syms {library} failed: {result.stderr.strip()}")
-    found = set()
-    for line in result.stdout.splitlines():
-        words = line.split()
-        if (len(words) >= 8 and words[3] == "OBJECT" and words[4] == "GLOBAL"
-                and words[6] != "UND"):
-            match = EXPORT.match(words[7])
-            if match:
-                found.add(int(match.group(1)))
-    return sorted(found, reverse=True)
-
-
-def span(versions: list[int]) -> str:
-    return ", ".join(f"v{v}" for v in versions) if versions else "none"
-
-
-def dlopen(library: str) -> None:
-    result = subprocess.run([sys.executable, "-c", DLOPEN, library], check=False,
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        error = result.stderr.strip().splitlines()[-1:] or ["no output"]
-        fail(f"dlopen({library}, RTLD_NOW) failed: {error[0]}")
 
 
 def stage(args: argparse.Namespace) -> None:
     library = args.library
     if not os.path.isfile(library):
         fail(f"{library} was not built")
-    rccl = rccl_library(args.rccl)
-    wanted = versions_looked_up(rccl)
+    rccl = rccl_library(args.rccl, "tuner")
+    wanted = versions_looked_up(rccl, INTERFACE)
     if not wanted:
         fail(f"RCCL at {rccl} contains no ncclTunerPlugin_v<N> lookup string: not an RCCL/NCCL "
              f"library, or one that loads no tuner plugin")
-    offered = versions_exported(library)
+    # The interface is a struct the plugin exports as an object.
+    offered = versions_exported(library, INTERFACE, kinds=("OBJECT",))
     shared = sorted(set(wanted) & set(offered), reverse=True)
     if not shared:
         only = "only " if offered else ""
@@ -151,14 +94,7 @@ def final(args: argparse.Namespace) -> None:
     dlopen(args.library)
     with open(args.record, encoding="utf-8") as handle:
         record = json.load(handle)
-    with open(args.manifest, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    manifest.setdefault("rccl_tuner", {})["interface"] = record
-    partial = args.manifest + ".partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2)
-        handle.write("\n")
-    os.replace(partial, args.manifest)
+    update_manifest(args.manifest, "rccl_tuner", {"interface": record})
     print(f"tuner-plugin-check: {args.library} loads in the image")
 
 

@@ -15,7 +15,6 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,12 +22,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from buildtime import fail, update_manifest
+
 DISTRIBUTION = "transformer_engine_torch"
 
-
-def fail(message: str) -> None:
-    print(f"transformer-engine-check: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def library_dirs() -> list[str]:
@@ -47,7 +44,8 @@ def library_dirs() -> list[str]:
     return dirs
 
 
-def check(version: str) -> dict[str, Any]:
+def built_extension(version: str) -> dict[str, Any]:
+    """The installed extension, after proving it is the locked version and loads."""
     try:
         dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -78,15 +76,8 @@ def main() -> None:
     parser.add_argument("version")
     parser.add_argument("--manifest", required=True)
     args = parser.parse_args()
-    found = check(args.version)
-    with open(args.manifest, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    manifest.setdefault("transformer_engine", {}).update(found)
-    partial = args.manifest + ".partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2)
-        handle.write("\n")
-    os.replace(partial, args.manifest)
+    found = built_extension(args.version)
+    update_manifest(args.manifest, "transformer_engine", found)
     print(f"transformer-engine-check: {DISTRIBUTION} {args.version}: "
           f"{', '.join(Path(f).name for f in found['torch_extension']['files'])} load")
 

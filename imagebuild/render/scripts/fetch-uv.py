@@ -21,13 +21,11 @@ import urllib.request
 import zipfile
 from io import BytesIO
 
+from buildtime import fail
+
 TRIES = 3
 TIMEOUT_S = 60
 
-
-def fail(message):
-    sys.stderr.write("fetch-uv: " + message + "\n")
-    sys.exit(1)
 
 
 def download(url):
