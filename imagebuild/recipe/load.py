@@ -11,43 +11,27 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from imagebuild import components
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
 from imagebuild.project import project_dir
 from imagebuild.recipe import grammar, spec
 from imagebuild.recipe.format import defaults, lookup, recipe_spec
-from imagebuild.recipe.gpu_family import (
-    FamilyError,
-    device_extras,
-    family_of,
-    multi_arch_index,
-    untested,
-)
+from imagebuild.recipe.located import KeyPath, NotYaml, Origin, dotted, read_mapping
 from imagebuild.recipe.model import (
     RADEON_INDEX,
     ROCM_WHEELS_INDEX,
     Recipe,
     Section,
-    WheelLayout,
     Wheels,
 )
 from imagebuild.recipe.rocm_layout import is_therock_line, system_prefix
+from imagebuild.recipe.spec_check import check_against_spec
+from imagebuild.recipe.therock import untested_checks, wheels_layout, wheels_targets
 
 RECIPE_SUFFIX = ".yaml"
-
-Path_ = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Origin:
-    file: Path
-    line: int
 
 
 def recipes_dir(project: Path | None = None) -> Path:
@@ -94,7 +78,7 @@ def load_recipe(name_or_path: str | Path, project: Path | None = None) -> Recipe
     if problems:
         raise RecipeError(problems)
     merged: dict[str, Any] = {}
-    origins: dict[Path_, Origin] = {}
+    origins: dict[KeyPath, Origin] = {}
     for data, file_origins in reversed(chain):
         _merge(merged, data, ())
         origins.update(file_origins)
@@ -108,9 +92,9 @@ def load_recipe(name_or_path: str | Path, project: Path | None = None) -> Recipe
 
 # --- loading ------------------------------------------------------------------------------
 
-def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[Path_, Origin]]]:
+def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[KeyPath, Origin]]]:
     """The recipe and its parents, child first; each validated on its own."""
-    chain: list[tuple[dict, dict[Path_, Origin]]] = []
+    chain: list[tuple[dict, dict[KeyPath, Origin]]] = []
     seen: list[Path] = []
     current: Path | None = path
     while current is not None:
@@ -139,58 +123,25 @@ def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[Pa
     return chain
 
 
-def _load_file(path: Path, problems: list[Problem]) -> tuple[dict, dict[Path_, Origin]] | None:
+def _load_file(path: Path, problems: list[Problem]) -> tuple[dict, dict[KeyPath, Origin]] | None:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(Problem(path, None, "", f"cannot read recipe: {exc}"))
         return None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        what = getattr(exc, "problem", None) or str(exc)
-        problems.append(Problem(path, mark.line + 1 if mark else None, "",
-                                f"invalid YAML: {what}"))
+        read = read_mapping(text, path, problems)
+    except NotYaml as exc:
+        problems.append(Problem(path, exc.line, "", f"invalid YAML: {exc.what}"))
         return None
-    if node is None or not isinstance(node, yaml.MappingNode):
+    if read is None:
         problems.append(Problem(path, 1, "", "a recipe must be a YAML mapping of keys to values"))
-        return None
-    origins: dict[Path_, Origin] = {(): Origin(path, 1)}
-    data = node_to_python(node, path, (), origins, problems)
-    return data, origins
-
-
-def node_to_python(node: yaml.Node, file: Path, path: Path_, origins: dict[Path_, Origin],
-                   problems: list[Problem]) -> Any:
-    """A composed YAML node as plain data, recording the line of every key in ``origins``;
-    non-string and duplicate keys become problems instead of being silently accepted."""
-    origins.setdefault(path, Origin(file, node.start_mark.line + 1))
-    if isinstance(node, yaml.MappingNode):
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            line = key_node.start_mark.line + 1
-            if not isinstance(key, str) or key_node.tag != "tag:yaml.org,2002:str":
-                problems.append(Problem(file, line, _dotted(path), "keys must be strings"))
-                continue
-            if key in result:
-                problems.append(Problem(file, line, _dotted(path + (key,)),
-                                        "duplicate key (YAML would silently keep the last one)"))
-                continue
-            origins[path + (key,)] = Origin(file, line)
-            result[key] = node_to_python(value_node, file, path + (key,), origins, problems)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [node_to_python(item, file, path + (str(i),), origins, problems)
-                for i, item in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" \
-        else node.value
+    return read
 
 
 # --- per-file validation --------------------------------------------------------------------
 
-def _check_file(file: Path, data: dict, origins: dict[Path_, Origin],
+def _check_file(file: Path, data: dict, origins: dict[KeyPath, Origin],
                 problems: list[Problem]) -> None:
     if "version" not in data:
         problems.append(Problem(file, 1, "version",
@@ -205,102 +156,9 @@ def _check_file(file: Path, data: dict, origins: dict[Path_, Origin],
     check_against_spec(recipe_spec(), data, (), file, origins, problems)
 
 
-def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
-                       origins: dict[Path_, Origin], problems: list[Problem]) -> None:
-    """Append a problem (file, line, dotted key, what was expected) for every place where
-    ``value`` departs from the spec ``s``."""
-    def problem(message: str, at: Path_ = path) -> None:
-        origin = origins.get(at) or origins.get(path) or Origin(file, 0)
-        problems.append(Problem(file, origin.line or None, _dotted(at), message))
-
-    if value is None and getattr(s, "nullable", False):
-        return
-    if isinstance(s, spec.Obj):
-        if not isinstance(value, dict):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-            return
-        for key, item in value.items():
-            if key not in s.fields:
-                hint = difflib.get_close_matches(key, list(s.fields), n=1)
-                problem("unknown key" + (f"; did you mean {hint[0]!r}?" if hint else
-                                         f" (allowed: {', '.join(s.fields)})"), path + (key,))
-                continue
-            check_against_spec(s.fields[key], item, path + (key,), file, origins, problems)
-    elif isinstance(s, spec.Table):
-        if not isinstance(value, dict):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-            return
-        for key, item in value.items():
-            if s.key.pattern and not grammar.matches(s.key.pattern, key):
-                problem(f"invalid key {key!r}: expected {s.key.expected}", path + (key,))
-            elif item is not None:  # null removes an inherited entry
-                check_against_spec(s.value, item, path + (key,), file, origins, problems)
-    elif isinstance(s, spec.Seq):
-        if not isinstance(value, list):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-            return
-        for i, item in enumerate(value):
-            check_against_spec(s.item, item, path + (str(i),), file, origins, problems)
-        if all(isinstance(v, (str, int, float, bool)) for v in value):
-            duplicates = sorted({str(v) for v in value if value.count(v) > 1})
-            if duplicates:
-                problem(f"duplicate entries: {', '.join(duplicates)}")
-    elif isinstance(s, spec.Bool):
-        if not isinstance(value, bool):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-    elif isinstance(s, spec.Int):
-        if not isinstance(value, int) or isinstance(value, bool):
-            problem(f"expected {s.expected} (an integer), got {_describe(value)}")
-        elif s.enum and value not in s.enum:
-            problem(f"expected one of {', '.join(map(str, s.enum))}, got {value}")
-        elif s.minimum is not None and value < s.minimum:
-            problem(f"expected {s.expected} (at least {s.minimum}), got {value}")
-    elif isinstance(s, spec.Str):
-        if value is None and s.nullable:
-            return
-        if not isinstance(value, str):
-            quote = f'; quote it: "{value}"' if isinstance(value, (int, float)) \
-                and not isinstance(value, bool) else ""
-            problem(f"expected {s.expected}, got {_describe(value)}{quote}")
-            return
-        unsafe = grammar.text_problem(value)
-        if unsafe:
-            problem(f"{unsafe}: {value!r}")
-        elif s.enum and value not in s.enum:
-            hint = difflib.get_close_matches(value, list(s.enum), n=1)
-            problem(f"expected {s.expected}, got {value!r}"
-                    + (f"; did you mean {hint[0]!r}?" if hint else ""))
-        elif s.pattern and not grammar.matches(s.pattern, value):
-            why = s.explain(value) if s.explain else None
-            problem(f"{value!r} {why}" if why else f"expected {s.expected}, got {value!r}")
-        elif s.check and (why := s.check(value)):
-            problem(f"{value!r} {why}")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, (int, float)):
-        return f"a number ({value})"
-    return repr(value)
-
-
-def _dotted(path: Path_) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
-    return out
-
-
 # --- merging --------------------------------------------------------------------------------
 
-def _merge(into: dict[str, Any], child: dict[str, Any], path: Path_) -> None:
+def _merge(into: dict[str, Any], child: dict[str, Any], path: KeyPath) -> None:
     """Child values win; mappings merge key by key; lists and scalars are replaced.
 
     In tables (env, labels, wheels.packages) a null removes the inherited entry.
@@ -333,11 +191,11 @@ def _with_defaults(merged: dict[str, Any]) -> dict[str, Any]:
 
 # --- merged validation and construction ---------------------------------------------------
 
-def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
+def _build(path: Path, merged: dict[str, Any], origins: dict[KeyPath, Origin],
            sources: tuple[Path, ...], problems: list[Problem]) -> Recipe | None:
-    def problem(at: Path_, message: str) -> None:
+    def problem(at: KeyPath, message: str) -> None:
         origin = origins.get(at) or origins.get(at[:-1]) or origins.get(at[:1]) or Origin(path, 0)
-        problems.append(Problem(origin.file, origin.line or None, _dotted(at), message))
+        problems.append(Problem(origin.file, origin.line or None, dotted(at), message))
 
     for key in spec.CORE.required:
         if key not in merged:
@@ -359,10 +217,10 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
     extras: tuple[str, ...] = ()
     index_url = data["wheels"].get("index_url")
     if rocm_wheels:
-        layout, index_url = _wheels_layout(data, index_url)
-        family, extras = _wheels_targets(data, layout, problem)
+        layout, index_url = wheels_layout(data, index_url)
+        family, extras = wheels_targets(data, layout, problem)
     elif rocm is not None and is_therock_line(rocm):
-        _untested_checks(data, "a TheRock base image", problem)
+        untested_checks(data, "a TheRock base image", problem)
     elif data["accept_untested_targets"]:
         problem(("accept_untested_targets",), "only applies to the TheRock lines (7.14.x, "
                 "10.x); a packaged ROCm base image has its own support list")
@@ -417,57 +275,7 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
     )
 
 
-def _wheels_layout(data: dict[str, Any], index_url: str | None
-                   ) -> tuple[WheelLayout, str | None]:
-    """The layout of a ROCm-from-wheels recipe's index, and the index: ``{family}`` in
-    wheels.index_url asks for the legacy per-family layout; otherwise the 7.14 and 10.x
-    lines read their multi-arch index (the recipe's index_url, a mirror of it, or AMD's)."""
-    rocm = data["rocm"] or ""
-    if index_url is not None:
-        return ("per-family" if "{family}" in index_url else "multi-arch"), index_url
-    default = multi_arch_index(rocm)
-    return ("multi-arch", default) if default else ("per-family", None)
-
-
-def _wheels_targets(data: dict[str, Any], layout: WheelLayout,
-                    problem: Callable[[Path_, str], None]) -> tuple[str | None, tuple[str, ...]]:
-    """Checks of a recipe whose ROCm comes from wheels; returns its GPU family index
-    (per-family layout) or the device extras of its targets (multi-arch)."""
-    _wheels_checks(data, problem)
-    _untested_checks(data, "rocm_from: wheels", problem)
-    targets = data["gpu_targets"]
-    try:
-        if layout == "multi-arch":
-            return None, device_extras(targets)
-        return family_of(targets), ()
-    except FamilyError as exc:
-        problem(("gpu_targets",), f"rocm_from: wheels: {exc}")
-        return None, ()
-
-
-def _untested_checks(data: dict[str, Any], where: str,
-                     problem: Callable[[Path_, str], None]) -> None:
-    """gfx90a and the other targets TheRock does not release-test, unless accepted."""
-    targets = data["gpu_targets"]
-    for target in data["accept_untested_targets"]:
-        if target not in targets:
-            problem(("accept_untested_targets",),
-                    f"{target} is not in gpu_targets ({', '.join(targets) or 'none'})")
-    for why in untested(targets, data["accept_untested_targets"]):
-        problem(("gpu_targets",), f"{where}: {why}; to build it anyway, list the target "
-                "under accept_untested_targets")
-
-
-def _wheels_checks(data: dict[str, Any], problem: Callable[[Path_, str], None]) -> None:
-    """What a recipe whose ROCm comes from wheels cannot ask for."""
-    if data["rocm"] is None:
-        problem(("rocm_from",), "wheels needs rocm: the ROCm SDK version the wheels pin")
-    if "rocm" in data["wheels"]["packages"]:
-        problem(("wheels", "packages", "rocm"),
-                "leave the selector out: the lock adds rocm[libraries]==<rocm> itself")
-
-
-def _component_rules(data: dict[str, Any], problem: Callable[[Path_, str], None]
+def _component_rules(data: dict[str, Any], problem: Callable[[KeyPath, str], None]
                      ) -> dict[str, Section]:
     """Each component's rules over its section when on, then its typed settings: every
     section that is on, and the first format's sections when off too."""
