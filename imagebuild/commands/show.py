@@ -9,7 +9,7 @@ from dataclasses import asdict
 import yaml
 
 from imagebuild.lock.lockfile import lock_path, read_lock
-from imagebuild.lock.resolve import lock_status
+from imagebuild.lock.status import lock_status
 from imagebuild.recipe.load import load_recipe
 
 

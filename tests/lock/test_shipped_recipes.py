@@ -22,7 +22,9 @@ import pytest
 from imagebuild.components.transformer_engine import component as transformer_engine
 from imagebuild.lock.lockfile import lock_path
 from imagebuild.lock.model import LockedGit
-from imagebuild.lock.resolve import LockOptions, lock_recipe, lock_status
+from imagebuild.lock.options import LockOptions
+from imagebuild.lock.resolve import lock_recipe
+from imagebuild.lock.status import lock_status
 from imagebuild.recipe.load import load_recipe, recipe_names
 from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
 from testbed.therock_index import make_multi_arch_index

@@ -18,7 +18,7 @@ import pytest
 
 from imagebuild.errors import LockError, RenderError
 from imagebuild.lock.lockfile import lock_path, read_lock
-from imagebuild.lock.resolve import uv_binary
+from imagebuild.lock.uv import uv_binary
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.context import build_context, python_lock
 from imagebuild.render.dockerfile import render_dockerfile

@@ -24,7 +24,7 @@ from imagebuild.engine.base import BuildRequest
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
 from imagebuild.lock.model import Lock
-from imagebuild.lock.resolve import resolve_base_digest
+from imagebuild.lock.sources import resolve_base_digest
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.model import Recipe
 from imagebuild.render.context import build_context
