@@ -36,10 +36,10 @@ RecipeData = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class ProjectFile:
-    """A file of the project a section names (the tuner's configuration): read once by the
-    caller of the plan, so that making the plan reads nothing."""
+    """A file of the project a section names (a configuration the image carries): read once
+    by the caller of the plan, so that making the plan reads nothing."""
 
-    #: The recipe key naming it, for messages: ``rccl_tuner.config``.
+    #: The recipe key naming it, for messages: ``<section>.config``.
     key: str
     #: Its path relative to the project.
     path: str
@@ -108,7 +108,7 @@ class ComponentPlan:
     values: Any
     stage: Stage | None = None
     #: Templates of its folder whose macros are its steps in the python and
-    #: final stages, one macro per place (imagebuild.render.dockerfile.SLOTS).
+    #: final stages, one macro per place (imagebuild.render.stages.SLOTS).
     steps: tuple[str, ...] = ()
     #: Files its steps bind-mount or copy from the build context: name -> text.
     files: tuple[tuple[str, str], ...] = ()

@@ -12,6 +12,7 @@ from typing import Any
 
 from imagebuild import components
 from imagebuild.recipe import spec
+from imagebuild.recipe.schema import to_schema
 
 #: Values of the image's own keys a recipe may leave out. Shared parts belong in a parent
 #: recipe, not here: these are only the switches whose absence has one obvious meaning.
@@ -72,7 +73,7 @@ def lookup(path: tuple[str, ...]) -> spec.Spec | None:
 
 def json_schema() -> dict[str, Any]:
     """The recipe format as JSON Schema (draft 2020-12) for editors and linters."""
-    schema = spec.to_schema(recipe_spec())
+    schema = to_schema(recipe_spec())
     # One file is validated alone; the other required keys may come from a parent.
     schema["required"] = ["version"]
     return {

@@ -1,8 +1,8 @@
 """Field specs, the data a file format is described with, and the image's own recipe keys.
 
 A format is one tree of specs: the validator (``imagebuild.recipe.load.check_against_spec``)
-walks it, and ``to_schema`` turns the same tree into JSON Schema for editors, so both agree
-by construction. The recipe format is ``CORE`` with each component's section
+walks it, and ``imagebuild.recipe.schema.to_schema`` turns the same tree into JSON Schema
+for editors, so both agree by construction. The recipe format is ``CORE`` with each component's section
 (``imagebuild.recipe.format``); site profiles (``imagebuild.recipe.site_spec``) and the CI
 configuration are described with the same specs.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from imagebuild.recipe import grammar
 from imagebuild.recipe.gpu_targets import unknown_target
@@ -179,47 +178,3 @@ CORE = Obj(
         }),
     },
 )
-
-
-def to_schema(spec: Spec) -> dict[str, Any]:
-    out = _to_schema_not_null(spec)
-    if getattr(spec, "nullable", False) and not isinstance(spec, Str):
-        out = {"anyOf": [out, {"type": "null"}]}
-    return out
-
-
-def _to_schema_not_null(spec: Spec) -> dict[str, Any]:
-    if isinstance(spec, Str):
-        out: dict[str, Any] = {"type": ["string", "null"] if spec.nullable else "string",
-                               "description": spec.expected}
-        if spec.enum:
-            out["enum"] = list(spec.enum) + ([None] if spec.nullable else [])
-        patterns = ([spec.pattern] if spec.pattern else []) + (
-            list(grammar.SAFE_TEXT_PATTERNS) if spec.free_text else [])
-        if len(patterns) == 1:
-            out["pattern"] = patterns[0]
-        elif patterns:
-            out["allOf"] = [{"pattern": p} for p in patterns]
-        return out
-    if isinstance(spec, Bool):
-        return {"type": "boolean"}
-    if isinstance(spec, Int):
-        out = {"type": "integer", "description": spec.expected}
-        if spec.enum:
-            out["enum"] = list(spec.enum)
-        if spec.minimum is not None:
-            out["minimum"] = spec.minimum
-        return out
-    if isinstance(spec, Seq):
-        return {"type": "array", "items": to_schema(spec.item), "uniqueItems": True}
-    if isinstance(spec, Table):
-        value = to_schema(spec.value)
-        # A child recipe removes an inherited entry by setting it to null.
-        value = {"anyOf": [value, {"type": "null"}]}
-        return {"type": "object", "propertyNames": {"pattern": spec.key.pattern},
-                "additionalProperties": value}
-    out = {"type": "object", "additionalProperties": False,
-           "properties": {k: to_schema(v) for k, v in spec.fields.items()}}
-    if spec.description:
-        out["description"] = spec.description
-    return out

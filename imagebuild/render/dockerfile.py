@@ -6,16 +6,14 @@ never from a second renderer. Stages, in order:
     base       FROM the base image pinned by digest (tag when unlocked); nothing else
     toolchain  base + compilers, autotools, ROCm development packages (build stages only)
     <component stages>  each enabled component's own (its folder's stage.j2), in the
-               registry's order (imagebuild.components): hipblaslt, plugin, rccl-tests,
-               rccl-tuner, ...
+               registry's order (imagebuild.components)
     python     base + uv (pinned wheel, sha256) + /opt/venv from the lock, hashes required
-    <component stages on the venv>  those that mount the venv (transformer-engine, megatron)
+    <component stages on the venv>  those that mount the venv
     final      base + runtime OS packages + COPY --from the stages above + manifest, checks,
                ENV, LABEL (the volatile, cheap steps last)
 
-The python and final stages are core templates with places (``SLOTS``) where each enabled
-component's steps go: the macros of that name in its step templates, rendered in the final
-stage's order of the components.
+The python and final stages are core templates with places where each enabled component's
+steps go (imagebuild.render.stages).
 
 Each stage only sees the recipe values it needs, so BuildKit rebuilds only what a change
 touches; tests/render/test_cache.py proves it over the rendered stage graph. Recipe values
@@ -33,7 +31,7 @@ from typing import Any
 import jinja2
 
 from imagebuild import components
-from imagebuild.errors import RenderError, short_path
+from imagebuild.errors import short_path
 from imagebuild.generated import GeneratedFile, Input, header
 from imagebuild.lock.lockfile import lock_path
 from imagebuild.project import project_dir
@@ -54,6 +52,7 @@ from imagebuild.render.layout import (
 )
 from imagebuild.render.plan import BuildPlan, device_code_diet
 from imagebuild.render.quoting import APT_CA_OFF, APT_CA_ON, ca_env, dockerfile_quote, shell_quote
+from imagebuild.render.stages import slot_steps, stage_lines, stage_plan, stage_templates
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -62,64 +61,8 @@ def render_dockerfile(plan: BuildPlan) -> str:
     """The Dockerfile of ``plan``; an unlocked plan renders for review only."""
     env = _environment()
     context = _template_context(plan)
-    context["slots"] = _slots(env, plan, context)
+    context["slots"] = slot_steps(env, plan, context)
     return _tidy(env.get_template("Dockerfile.j2").render(**context))
-
-
-def _slots(env: jinja2.Environment, plan: BuildPlan, context: dict[str, Any]
-           ) -> dict[str, list[str]]:
-    """Each place's steps: every enabled component's macro of that name, in the final
-    stage's order of the components."""
-    slots: dict[str, list[str]] = {name: [] for name in SLOTS}
-    for part in plan.in_final_order():
-        for template in part.steps:
-            module = env.get_template(f"{part.name}/{template}").make_module(vars=context)
-            macros = {name: value for name, value in vars(module).items()
-                      if isinstance(value, jinja2.runtime.Macro)}
-            unknown = sorted(set(macros) - set(SLOTS))
-            if unknown:
-                raise RenderError(f"{part.name}/{template}: no place for its macros "
-                                  f"{', '.join(unknown)} (the places: {', '.join(SLOTS)})")
-            for name in SLOTS:
-                if name in macros:
-                    slots[name].append(str(macros[name]()))
-    return slots
-
-
-#: The places in the python and final stages where components' steps go, in the order
-#: the stages hold them: a component's step templates define a macro for each place it
-#: has a step at.
-SLOTS = (
-    "python_note",   # python: a comment before the venv's install
-    "python_step",   # python: a `&& ...` line of the venv's install
-    "copy",          # final: COPY --from=<its stage>, before the venv
-    "venv_install",  # final: installs into the venv, right after it is copied
-    "venv_path",     # final: what goes on the venv's import path
-    "link",          # final: links that make one library serve everyone
-    "loader_note",   # final: a comment before the loader cache and ldd step
-    "load_check",    # final: a library RCCL dlopens loads, its record into the manifest
-    "check",         # final: what Python imports is there and right, into the manifest
-    "env_note",      # final: a comment on the variables it sets
-    "path_note",     # final: a comment on what it puts on PATH
-)
-
-
-def stage_plan(plan: BuildPlan) -> list[tuple[str, str, str]]:
-    """(stage, what it holds, the inputs whose change rebuilds it), in Dockerfile order.
-
-    The same facts tests/render/test_cache.py proves over the rendered stage graph.
-    """
-    rows = [("base", "FROM the pinned base image, nothing added", "base image digest")]
-    if plan.builds_from_source:
-        rows.append(("toolchain", "base + compilers, ROCm development packages", "base image"))
-    before, after = plan.stages()
-    rows += [(p.stage.name, p.stage.holds, p.stage.rebuilds) for p in before if p.stage]
-    rows.append(("python", "base + uv + /opt/venv from the lock",
-                 "wheel pins (the lock's wheels), Python version"))
-    rows += [(p.stage.name, p.stage.holds, p.stage.rebuilds) for p in after if p.stage]
-    rows.append(("final", "base + runtime packages + the stages' installs",
-                 "os_packages, env, labels; re-copies any rebuilt stage"))
-    return rows
 
 
 def dockerfile_path(recipe: Recipe, project: Path | None = None) -> Path:
@@ -160,23 +103,6 @@ def _tidy(text: str) -> str:
     return text.rstrip("\n") + "\n"
 
 
-def _stages(plan: BuildPlan) -> list[str]:
-    """The templates of the stages between base and final, in Dockerfile order."""
-    before, after = plan.stages()
-    return ([*(["toolchain.j2"] if plan.builds_from_source else []),
-             *(f"{p.name}/{p.stage.template}" for p in before if p.stage), "python.j2",
-             *(f"{p.name}/{p.stage.template}" for p in after if p.stage)])
-
-
-def _stage_lines(plan: list[tuple[str, str, str]]) -> list[str]:
-    name_width = max(len(name) for name, _, _ in plan)
-    what_width = max(len(what) for _, what, _ in plan)
-    lines = [f"{'stage'.ljust(name_width)}  {'holds'.ljust(what_width)}  rebuilds when"]
-    lines += [f"{name.ljust(name_width)}  {what.ljust(what_width)}  {inputs}"
-              for name, what, inputs in plan]
-    return [line.rstrip() for line in lines]
-
-
 def _template_context(plan: BuildPlan) -> dict[str, Any]:
     recipe, lock = plan.recipe, plan.lock
     inputs = [Input(short_path(recipe.path), recipe.input_hash(),
@@ -195,7 +121,7 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "locked": plan.locked,
         "recipe_name": recipe.name,
         "rocm": recipe.rocm,
-        "stage_lines": _stage_lines(stage_plan(plan)),
+        "stage_lines": stage_lines(stage_plan(plan)),
         "base_ref": lock.base_image_pinned if lock else recipe.base_image,
         "scope": plan.cache_scope,
         # Each fetching step points its tools at the site CA: uv and Python's urllib read
@@ -207,7 +133,7 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
                          "REQUESTS_CA_BUNDLE"),
         "apt_ca_on": APT_CA_ON,
         "apt_ca_off": APT_CA_OFF,
-        "stages": _stages(plan),
+        "stages": stage_templates(plan),
         "build_packages": list(plan.build_packages),
         # Each enabled component's plan, under its name, for its own templates.
         **{name: part.values for name, part in plan.parts.items()},

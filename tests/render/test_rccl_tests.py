@@ -25,9 +25,10 @@ from imagebuild.errors import LockError, RecipeError
 from imagebuild.lock.check import check_lock
 from imagebuild.lock.lockfile import read_lock
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.dockerfile import render_dockerfile, stage_plan
+from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
+from imagebuild.render.stages import stage_plan
 from tests.render.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
 from tests.support.scripts import staged

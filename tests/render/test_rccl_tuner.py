@@ -26,9 +26,10 @@ from imagebuild.errors import RecipeError, RenderError
 from imagebuild.project import chosen_project
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.context import build_context
-from imagebuild.render.dockerfile import render_dockerfile, stage_plan
+from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
+from imagebuild.render.stages import stage_plan
 from imagebuild.tune.rccl import SweepPoint, tuner_config
 from testbed.source_mirror import fixtures_dir
 from tests.render.conftest import REPO
