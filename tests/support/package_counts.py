@@ -7,11 +7,13 @@ prints each count (``--lines``: and the places behind it) for a checkout, so tha
 checkouts (before and after a change) are compared with the same code. The counts:
 
 - switches: lines outside ``imagebuild/components/`` and the in-image package that ask
-  whether an image component is on: a read of a section's ``enabled`` (attribute,
-  ``.get("enabled")`` or ``["enabled"]``), a test (``if``, a conditional expression, a
-  comprehension's condition, ``and``/``or``) on a component's settings, plan or pins
-  (``plan.hipblaslt is None``, ``if lock.megatron``, ``if tuner``), and a Jinja
-  ``{% if %}`` naming one;
+  whether a named image component is on: a read of its section's ``enabled`` (attribute,
+  ``.get("enabled")`` or ``["enabled"]`` of an expression naming the component:
+  ``recipe.hipblaslt.enabled``, ``hip.get("enabled")``), a test (``if``, a conditional
+  expression, a comprehension's condition, ``and``/``or``) on a component's settings, plan
+  or pins (``plan.hipblaslt is None``, ``if lock.megatron``, ``if tuner``), and a Jinja
+  ``{% if %}`` naming one. The registry's own loops (``components.enabled(recipe)``) name
+  no component;
 - tuner files: host files (Python and templates outside the in-image package and the
   tuner's own folder) that name the RCCL tuner;
 - switchboards: the line counts of the modules that held a switch over every component;
@@ -38,6 +40,9 @@ MODULE_LINE_LIMIT = 450
 COMPONENT_NAMES = frozenset({"hipblaslt", "network_plugin", "megatron", "rccl_tests",
                              "rccl_tuner", "transformer_engine", "plugin", "libfabric"})
 ALIASES = frozenset({"hip", "tuner", "tests"})
+#: Names a section is also held under where only its ``enabled`` is read (``engine``:
+#: TransformerEngine's section in the loader; never a container engine's flag).
+ENABLED_ALIASES = frozenset({"engine"})
 #: Roots of an attribute chain that hold a recipe, a lock, a plan or their inputs.
 HOLDERS = frozenset({"recipe", "lock", "plan", "self", "inputs", "r", "data"})
 
@@ -73,11 +78,11 @@ def _root(node: ast.expr) -> str | None:
 
 def _names_a_component(node: ast.AST) -> bool:
     """A component's settings, plan or pins: ``plan.plugin``, ``lock.megatron``, or a bare
-    name of one (``megatron``, ``tuner``), not compared with a string (a site's choice)."""
+    name of one (``megatron``, ``tuner``); a comparison only when with None (``is None``),
+    not with a string or a set of a site's choices."""
     for inner in ast.walk(node):
-        if isinstance(inner, ast.Compare) and any(
-                isinstance(c, ast.Constant) and isinstance(c.value, str)
-                for c in inner.comparators):
+        if isinstance(inner, ast.Compare) and not all(
+                isinstance(c, ast.Constant) and c.value is None for c in inner.comparators):
             return False
         if isinstance(inner, ast.Attribute) and inner.attr in COMPONENT_NAMES \
                 and _root(inner) in HOLDERS:
@@ -88,23 +93,43 @@ def _names_a_component(node: ast.AST) -> bool:
     return False
 
 
-def _reads_enabled(node: ast.AST) -> bool:
-    if isinstance(node, ast.Attribute) and node.attr == "enabled":
-        return True
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+def _words(node: ast.AST) -> set[str]:
+    """The names, attributes and string keys an expression is made of."""
+    words: set[str] = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name):
+            words.add(inner.id)
+        elif isinstance(inner, ast.Attribute):
+            words.add(inner.attr)
+        elif isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+            words.add(inner.value)
+    return words
+
+
+def _reads_enabled(node: ast.AST, calls: set[int]) -> bool:
+    """A read of the ``enabled`` of an expression naming a component (not a call of a
+    function named ``enabled``, such as the registry's)."""
+    base: ast.AST | None = None
+    if isinstance(node, ast.Attribute) and node.attr == "enabled" and id(node) not in calls:
+        base = node.value
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
             and node.func.attr == "get" and node.args \
             and isinstance(node.args[0], ast.Constant) and node.args[0].value == "enabled":
-        return True
-    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
-        and node.slice.value == "enabled"
+        base = node.func.value
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+            and node.slice.value == "enabled":
+        base = node.value
+    return base is not None and bool(
+        _words(base) & (COMPONENT_NAMES | ALIASES | ENABLED_ALIASES))
 
 
 def python_switches(source: str) -> set[int]:
     """Lines of ``source`` that ask whether a component is on."""
     lines: set[int] = set()
     tree = ast.parse(source)
+    calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
-        if _reads_enabled(node):
+        if _reads_enabled(node, calls):
             lines.add(node.lineno)
         tests: list[ast.expr] = []
         if isinstance(node, (ast.If, ast.IfExp, ast.While)):
