@@ -20,7 +20,7 @@ from imagebuild.recipe.load import load_recipe
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.plan import plan_for
-from tests.render.conftest import REPO
+from tests.components.conftest import REPO
 from tests.support.render import committed_plan, write_lock
 
 CBLAS_SOURCE = FOLDER / "cblas-config.cmake"

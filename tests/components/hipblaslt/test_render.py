@@ -26,7 +26,7 @@ from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
-from tests.render.conftest import REPO
+from tests.components.conftest import REPO
 from tests.support.render import committed_plan, parse_dockerfile, write_lock
 
 

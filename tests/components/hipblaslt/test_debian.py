@@ -53,8 +53,8 @@ from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
 from testbed import base_images
 from testbed.plugin_recipe import SID_ROCM_7_2_4
-from tests.render.conftest import REPO
-from tests.render.test_hipblaslt_kit import build_tree
+from tests.components.conftest import REPO
+from tests.components.hipblaslt.test_kit import build_tree
 from tests.support.render import write_lock
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
@@ -164,7 +164,7 @@ def checked(docker_engine, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     (stand_in / "manifest.json").write_text(json.dumps(manifest(plan)))
     # The check and the tuning kit's script as the build context stages them (/check).
     context = build_context(plan, work / "context")
-    # A monorepo (7.x) source tree as install.sh -c leaves it (test_hipblaslt_kit.py), at
+    # A monorepo (7.x) source tree as install.sh -c leaves it (test_kit.py), at
     # the same path inside: its MatchTable.yaml names logic files by absolute path.
     source = build_tree(work / "tree", "monorepo")
     ran = subprocess.run(

@@ -1,7 +1,7 @@
 """The libfabric policy: which release the network plugin may be built against, per site.
 
 The ABI table is checked against the libfabric fixtures' own libfabric.map.in (the
-archives are upstream's release layout); tests/render/test_plugin_stage.py proves the
+archives are upstream's release layout); tests/components/network_plugin/test_plugin_stage.py proves the
 consequences with real builds and real loads.
 """
 
@@ -21,8 +21,7 @@ from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.site import parse_site
 from imagebuild.render.plan import plan_for
 from testbed.source_mirror import fixtures_dir
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.components.conftest import REPO
 
 
 @pytest.mark.parametrize("release", ["1.22.0", "2.1.0"])

@@ -4,7 +4,7 @@ that the image's own RCCL looks up, both read from real shared libraries.
 gcc builds a stand-in librccl.so holding the lookup names as string literals (as RCCL's
 dlsym calls do) and plugins exporting ncclNetPlugin_v<N> objects; the real
 network-plugin-check.py runs its ``stage`` mode on them, with a real libfabric stand-in so
-that the libfabric checks before it pass. tests/render/test_plugin_stage.py does the same
+that the libfabric checks before it pass. tests/components/network_plugin/test_plugin_stage.py does the same
 with the real plugins and Debian's RCCL in a Docker build.
 """
 

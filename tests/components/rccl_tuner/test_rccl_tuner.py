@@ -3,7 +3,7 @@ Dockerfile make of it, and the stage's sources run for real here: the example tu
 source fixture (../shared/fixtures/sources/rccl-ext-tuner.tar.gz) compiled with gcc, with and
 without the project's v4 adapter; the interface check against an ELF library carrying an
 RCCL's lookup strings; rccl-tuner-probe dlopening the tuner with a config written by
-``imagebuild tune rccl``. tests/render/test_plugin_stage.py builds the stage in an image
+``imagebuild tune rccl``. tests/components/network_plugin/test_plugin_stage.py builds the stage in an image
 against Debian's real RCCL 7.2.4.
 """
 
@@ -32,7 +32,7 @@ from imagebuild.render.plan import plan_for
 from imagebuild.render.stages import stage_plan
 from imagebuild.tune.rccl import SweepPoint, tuner_config
 from testbed.source_mirror import fixtures_dir
-from tests.render.conftest import REPO
+from tests.components.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
 from tests.support.scripts import staged
 

@@ -283,7 +283,7 @@ def stage_llvm_link(root: Path) -> None:
     makes <prefix>/llvm resolve, run with / moved to ROOT."""
     from imagebuild.recipe.load import load_recipe
     from imagebuild.render.dockerfile import render_dockerfile
-    from tests.render.conftest import REPO
+    from tests.components.conftest import REPO
     from tests.support.render import committed_plan
 
     text = render_dockerfile(committed_plan(load_recipe("rocm-7.1.1", REPO)))
@@ -329,7 +329,7 @@ def test_a_bundling_torch_linked_to_a_11_library_still_fails_named(bundled: Imag
 
 
 # --- kernels: every target has the device code the library will find ---------------------------
-# tests/render/test_hipblaslt_debian.py runs the same check on Debian's real hipBLASLt 7.2.4.
+# tests/components/hipblaslt/test_debian.py runs the same check on Debian's real hipBLASLt 7.2.4.
 
 def kernel_files(library: Path, *targets: str, index: bool = True) -> None:
     """Name the files a Tensile build writes for ``targets`` beside ``library``."""

@@ -3,7 +3,7 @@ Dockerfile make of it, and the stage's device-code check.
 
 The check (components/rccl_tests/check.py) reads the clang offload bundles in an ELF's
 .hip_fatbin section; here gcc builds ELF files carrying such bundles, written in the layout
-clang's OffloadBundler writes. tests/render/test_plugin_stage.py builds the real benchmarks
+clang's OffloadBundler writes. tests/components/network_plugin/test_plugin_stage.py builds the real benchmarks
 with hipcc against Debian's RCCL 7.2.4 and runs the same check on them.
 """
 
@@ -29,7 +29,7 @@ from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
 from imagebuild.render.stages import stage_plan
-from tests.render.conftest import REPO
+from tests.components.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
 from tests.support.scripts import staged
 
