@@ -470,7 +470,8 @@ def test_every_size_row_and_sbom_source_names_its_component(project: dict) -> No
     assert named == {"source:aws-ofi-nccl": ["network_plugin"],
                      "source:libfabric": ["network_plugin"],
                      "source:rccl-tests": ["rccl_tests"], "source:rccl-tuner": ["rccl_tuner"]}
-    print(f"\n[sizes] {name}: " + ", ".join(f"{part} {size / (1 << 20):.1f} MiB"
+    files = {p["part"]: p["files"] for p in record["sizes"]["parts"]}
+    print(f"\n[sizes] {name}: " + ", ".join(f"{part} {size:,} bytes in {files[part]} files"
                                             for part, size in parts.items()))
 
 
