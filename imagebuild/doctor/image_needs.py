@@ -5,6 +5,7 @@ image (its manifest, read through the container engine), a squashed image (.sqsh
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +31,20 @@ def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
     version of the libfabric it is built against (fi_getinfo's, the one that moves). The
     plugin stage builds aws-ofi-nccl with --disable-platform-aws, which leaves its tuner out
     (src/Makefile.am), and ROCm's aws-ofi-rccl has none: the recipe's plugin exports none."""
-    plugin = network_plugin.section(recipe)
     tuner = rccl_tuner.section(recipe)
-    return ImageNeeds(
+    needs = ImageNeeds(
         name=recipe.name, rocm=recipe.rocm, gpu_targets=tuple(recipe.gpu_targets),
-        plugin=plugin is not None,
-        plugin_library=f"{network_plugin.plugin_prefix(plugin.kind)}/lib/librccl-net.so"
-        if plugin else None,
-        fabric_needs=(abi_name(abi_of(plugin.libfabric.version)),) if plugin else (),
-        venv=VENV,
-        plugin_kind=plugin.kind if plugin else None,
-        plugin_version=release_of(plugin.source.ref) if plugin else None,
-        plugin_tuner=() if plugin else None,
+        plugin=False, plugin_library=None, fabric_needs=(), venv=VENV,
         # the library the tuner stage installs (its plan's library)
         rccl_tuner_library=f"{rccl_tuner.PREFIX}/lib/librccl-tuner.so" if tuner else None)
-
+    plugin = network_plugin.section(recipe)
+    if plugin is None:
+        return needs
+    return replace(
+        needs, plugin=True,
+        plugin_library=f"{network_plugin.plugin_prefix(plugin.kind)}/lib/librccl-net.so",
+        fabric_needs=(abi_name(abi_of(plugin.libfabric.version)),),
+        plugin_kind=plugin.kind, plugin_version=release_of(plugin.source.ref), plugin_tuner=())
 
 def needs_from_file(path: Path) -> ImageNeeds:
     manifest, why = load_manifest(str(path))
