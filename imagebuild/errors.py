@@ -51,6 +51,12 @@ class Problem:
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
 
+def short_path(path: Path) -> str:
+    """``recipes/rocm-7.0.2.yaml``: parent folder and name, the same on every checkout (file
+    headers, messages about project files)."""
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
 def display_path(path: Path | str, root: Path | None = None) -> str:
     """Relative to ``root`` (default: the working directory) when below it: short,
     clickable messages."""

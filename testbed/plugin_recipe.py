@@ -31,6 +31,8 @@ from pathlib import Path
 
 import yaml
 
+from imagebuild.components.network_plugin import component as plugin_component
+from imagebuild.components.rccl_tests import component as tests_component
 from imagebuild.recipe.load import load_recipe
 from testbed import base_images
 from testbed.base_images import DebianBase
@@ -124,7 +126,9 @@ def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: 
     GPU targets, ``shipped``'s rccl-tests built for those, and ``rccl_tuner`` as its
     rccl_tuner section (url, sha256, ...)."""
     recipe = load_recipe(shipped, REPO_ROOT)
-    plugin = recipe.network_plugin
+    plugin = plugin_component.section(recipe)
+    tests = tests_component.section(recipe)
+    assert plugin is not None and tests is not None, f"{shipped} has no plugin or rccl-tests"
     version = libfabric_version or plugin.libfabric.version
     url = plugin.libfabric.url.replace(plugin.libfabric.version, version)
     data = {
@@ -151,8 +155,8 @@ def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: 
     if rccl_tests:
         data["gpu_targets"] = list(rccl_tests)
         data["rccl_tests"] = {"enabled": True,
-                              "repository": recipe.rccl_tests.source.repository,
-                              "ref": recipe.rccl_tests.source.ref}
+                              "repository": tests.source.repository,
+                              "ref": tests.source.ref}
     if rccl_tuner is not None:
         data["rccl_tuner"] = {"enabled": True, **rccl_tuner}
     return yaml.safe_dump(data, sort_keys=False)

@@ -19,8 +19,13 @@ OPTIONAL = {"matplotlib": "report",
             # tune's GPU steps run the in-image code with the host's own torch, if any
             "torch": "a GPU host's torch"}
 #: Code that runs in the image's Python (standard library and torch only): the in-image
-#: package and the build-time check scripts the templates stage.
-IN_IMAGE = (PACKAGE / "inimage", PACKAGE / "render" / "templates")
+#: package, the render stage's build-time scripts and each component's build-time check.
+IN_IMAGE = (PACKAGE / "inimage", PACKAGE / "render" / "scripts")
+
+
+def runs_in_the_image(path: Path) -> bool:
+    return any(folder in path.parents for folder in IN_IMAGE) or (
+        path.name == "check.py" and path.parent.parent == PACKAGE / "components")
 
 
 def imported_modules(source: str) -> dict[str, list[tuple[int, bool]]]:
@@ -66,7 +71,7 @@ def test_every_import_of_the_host_package_is_a_core_dependency_or_guarded() -> N
     core = core_dependencies()
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if any(folder in path.parents for folder in IN_IMAGE):
+        if runs_in_the_image(path):
             continue
         for module, sites in imported_modules(path.read_text()).items():
             if module in sys.stdlib_module_names or module in ("imagebuild", "__future__"):

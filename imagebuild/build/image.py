@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from imagebuild.build.inventory import inventory_scan
 from imagebuild.build.oci_labels import oci_labels
 from imagebuild.build.sbom_attach import attach_sbom
 from imagebuild.build.stage_plan import (
@@ -220,9 +221,9 @@ def squash_built(prepared: PreparedBuild, job: ImageJob, image: ImageRef,
     # One pass over the image's files gives the size table and the SBOM: the squash's
     # stream (which then carries the SBOM too), else an export of its own; dated like the
     # build: the lock's SOURCE_DATE_EPOCH, else the image creation time.
-    scan = InventoryScan(prepared.plan, lock.source_date_epoch
-                         if lock.source_date_epoch is not None
-                         else reproducible_epoch(source.config()))
+    scan = inventory_scan(prepared.plan, lock.source_date_epoch
+                          if lock.source_date_epoch is not None
+                          else reproducible_epoch(source.config()))
     artifacts: tuple[Artifact, ...] = ()
     squashed = False
     if options.formats:

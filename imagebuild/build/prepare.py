@@ -17,7 +17,7 @@ from imagebuild.lock.model import Lock
 from imagebuild.recipe.model import Recipe
 from imagebuild.render.context import BuildContext, build_context
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import BuildPlan, make_plan
+from imagebuild.render.plan import BuildPlan, plan_for
 
 
 @dataclass(frozen=True)
@@ -60,5 +60,5 @@ def prepare_build(recipe: Recipe) -> PreparedBuild:
     if lock is None:
         raise LockError(f"{recipe.name}: not locked; run `imagebuild lock {recipe.name}` first "
                         "(an image installs only what its lock pins)")
-    plan = make_plan(recipe, lock)
+    plan = plan_for(recipe, lock)
     return PreparedBuild(plan, render_dockerfile(plan))

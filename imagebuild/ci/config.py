@@ -15,12 +15,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from imagebuild.errors import CIConfigError, Problem
 from imagebuild.recipe import grammar, spec
-from imagebuild.recipe.load import check_against_spec, node_to_python
+from imagebuild.recipe.located import NotYaml, read_mapping
 from imagebuild.recipe.site import site_names
+from imagebuild.recipe.spec_check import check_against_spec
 
 #: The project's override of the defaults, relative to the project directory.
 PROJECT_CONFIG = "ci/config.yaml"
@@ -211,19 +210,16 @@ def _read_config(file: Path, text: str, problems: list[Problem],
     """Parse and validate one configuration file; ``project`` marks the project's own (it
     must say its version, and its site profile must exist there or in imagebuild)."""
     require_version = project is not None
+    first = len(problems)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problems.append(Problem(file, mark.line + 1 if mark else None, "",
-                                f"invalid YAML: {getattr(exc, 'problem', None) or exc}"))
+        read = read_mapping(text, file, problems)
+    except NotYaml as exc:
+        problems.append(Problem(file, exc.line, "", f"invalid YAML: {exc.what}"))
         return {}
-    if node is None or not isinstance(node, yaml.MappingNode):
+    if read is None:
         problems.append(Problem(file, 1, "", "the CI configuration must be a YAML mapping"))
         return {}
-    origins: dict = {}
-    first = len(problems)
-    data = node_to_python(node, file, (), origins, problems)
+    data, origins = read
     profile = (data.get("site") or {}).get("profile") if isinstance(data.get("site"), dict) \
         else None
     if isinstance(profile, str) and project is not None:

@@ -20,6 +20,7 @@ from imagebuild.ci.gitlab import GITLAB_FILE, gitlab_pipeline
 from imagebuild.ci.hipblaslt_job import job_title as hipblaslt_job_title
 from imagebuild.ci.inputs import RecipeInputs, recipe_inputs
 from imagebuild.ci.yaml_text import comment
+from imagebuild.components.hipblaslt.component import section as hipblaslt_section
 from imagebuild.errors import CIConfigError, Problem, RecipeError
 from imagebuild.files import canonical_digest
 from imagebuild.recipe.load import load_all
@@ -60,7 +61,7 @@ def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dic
             *_layout_lines(config),
             *([f"Job imagebuild:hipblaslt: {title};", "its runner: gitlab.tags.hipblaslt."]
               if title else []))
-        + gitlab_pipeline(inputs, config, [r.name for r in recipes if r.hipblaslt.enabled]),
+        + gitlab_pipeline(inputs, config, [r.name for r in recipes if hipblaslt_section(r) is not None]),
         ACTIONLINT_CONFIG: generated.header([config_input], REGENERATE) + comment(
             f"Use with: actionlint -config-file {ACTIONLINT_CONFIG}")
         + actionlint_config(config),
@@ -87,7 +88,7 @@ def _check_hipblaslt_job(recipes: Sequence[Recipe], config: CIConfig) -> None:
     job = config.hipblaslt_job
     if job is None:
         return
-    building = sorted(r.name for r in recipes if r.hipblaslt.enabled)
+    building = sorted(r.name for r in recipes if hipblaslt_section(r) is not None)
     if job.recipe not in building:
         what = ("has hipblaslt.enabled false" if job.recipe in {r.name for r in recipes}
                 else "is not a recipe of this project")

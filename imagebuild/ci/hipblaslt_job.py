@@ -11,7 +11,7 @@ from __future__ import annotations
 from imagebuild.ci.config import CIConfig, HipBlasLtJob
 from imagebuild.ci.image_job import ARTIFACTS_DIR, cache_lines, login
 
-#: The Dockerfile stage the job builds (imagebuild/render/templates/hipblaslt.j2).
+#: The Dockerfile stage the job builds (imagebuild/components/hipblaslt/stage.j2).
 STAGE = "hipblaslt"
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 
 from imagebuild.errors import RecipeError, RecipeNotFound
-from imagebuild.lock.resolve import lock_status
+from imagebuild.lock.status import lock_status
 from imagebuild.recipe.load import load_all
 
 

@@ -7,13 +7,9 @@ import json
 import sys
 
 from imagebuild.errors import LockError, RecipeError
-from imagebuild.lock.resolve import (
-    LockOptions,
-    check_locks,
-    lock_recipe,
-    lock_status,
-    parse_mirrors,
-)
+from imagebuild.lock.options import LockOptions, parse_mirrors
+from imagebuild.lock.resolve import lock_recipe
+from imagebuild.lock.status import check_locks, lock_status
 from imagebuild.recipe.load import load_all, load_recipe
 
 

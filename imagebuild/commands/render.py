@@ -15,7 +15,7 @@ from imagebuild.recipe.site import default_site, load_site
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import generated_dockerfile
 from imagebuild.render.edf import DEFAULT_SITE, generated_edf
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,15 +56,15 @@ def run(args: argparse.Namespace) -> int:
             raise RenderError("--stdout and --context take exactly one recipe")
         recipe = recipes[0]
         if args.stdout:
-            sys.stdout.write(generated_dockerfile(make_plan(recipe, current_lock(recipe)),
+            sys.stdout.write(generated_dockerfile(plan_for(recipe, current_lock(recipe), project),
                                                  project).text)
             return 0
-        staged = build_context(make_plan(recipe, current_lock(recipe)), args.context)
+        staged = build_context(plan_for(recipe, current_lock(recipe), project), args.context)
         print(f"staged {len(staged.files)} files in {staged.directory}; build with: "
               f"DOCKER_BUILDKIT=1 docker build --network host {staged.directory}")
         return 0
 
-    files = [generated_dockerfile(make_plan(recipe, current_lock(recipe)), project)
+    files = [generated_dockerfile(plan_for(recipe, current_lock(recipe), project), project)
              for recipe in recipes]
     files += [generated_edf(recipe, project, args.site) for recipe in recipes]
     if args.check:

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from imagebuild import generated
-from imagebuild.recipe import site_spec, spec
+from imagebuild.recipe import format as recipe_format
+from imagebuild.recipe import site_spec
 
 SCHEMA_PATH = Path("schema") / "recipe.schema.json"
 SITE_SCHEMA_PATH = Path("schema") / "site.schema.json"
@@ -16,7 +17,7 @@ REGENERATE = "imagebuild schema"
 
 
 def schema_text() -> str:
-    return json.dumps(spec.json_schema(), indent=2) + "\n"
+    return json.dumps(recipe_format.json_schema(), indent=2) + "\n"
 
 
 def site_schema_text() -> str:

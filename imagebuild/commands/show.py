@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 
 import yaml
 
 from imagebuild.lock.lockfile import lock_path, read_lock
-from imagebuild.lock.resolve import lock_status
+from imagebuild.lock.status import lock_status
 from imagebuild.recipe.load import load_recipe
 
 
@@ -37,11 +38,8 @@ def run(args: argparse.Namespace) -> int:
             "base_image": lock.base_image_pinned,
             "wheels": {w.name: {"version": w.version, "url": w.url, "sha256": w.sha256}
                        for w in lock.wheels},
-            "sources": {k: {"repository": g.repository, "commit": g.commit}
-                        for k, g in (("hipblaslt", lock.hipblaslt),
-                                     ("network_plugin", lock.network_plugin)) if g},
-            "libfabric": {"url": lock.libfabric.url, "sha256": lock.libfabric.sha256}
-            if lock.libfabric else None,
+            # The components' git sources and archives, by their key in the lock.
+            "sources": {key: asdict(source) for key, source in lock.sources.items()},
         }
     if args.json:
         print(json.dumps(report, indent=2))

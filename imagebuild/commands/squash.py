@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     scan = None
     if target.recipe:
         # A recipe's image gets its SBOM (and size table) as `build --squash` gives it.
-        from imagebuild.convert.inventory import recipe_scan
+        from imagebuild.build.inventory import recipe_scan
 
         scan = recipe_scan(load_recipe(target.recipe, project), source)
     artifacts = convert(source, output_dir, target.name, formats, compression=compression,

@@ -19,13 +19,8 @@ from imagebuild.convert.sbom import IMAGE_SBOM, SbomInputs, image_sbom, sbom_jso
 from imagebuild.convert.scan import ImageScan, scan_image
 from imagebuild.convert.sizes import BASE, PartLayout, SizeTable, classify, leftovers, size_table
 from imagebuild.convert.sources import ImageSource
-from imagebuild.convert.squashfs import reproducible_epoch
 from imagebuild.convert.tarfilter import RootfsEntry
-from imagebuild.errors import LockError
 from imagebuild.files import sha256_file, write_text_atomic
-from imagebuild.lock.check import current_lock
-from imagebuild.recipe.model import Recipe
-from imagebuild.render.plan import BuildPlan, make_plan
 
 
 @dataclass(frozen=True)
@@ -48,23 +43,15 @@ class Inventory:
         return lines
 
 
-def sbom_inputs(plan: BuildPlan) -> SbomInputs:
-    assert plan.lock is not None
-    recipe = plan.recipe
-    return SbomInputs(
-        recipe=recipe.name, lock=plan.lock,
-        hipblaslt_subdir=recipe.hipblaslt.subdir if plan.hipblaslt else ".",
-        plugin_kind=plan.plugin.kind if plan.plugin else None,
-        libfabric_version=plan.plugin.libfabric_version if plan.plugin else None,
-        rccl_tuner=(plan.rccl_tuner.url, plan.rccl_tuner.sha256) if plan.rccl_tuner else None)
-
-
 class InventoryScan(ImageScan):
-    """The stream observer of a build: writes the SBOM into the stream at its end."""
+    """The stream observer of a build: writes the SBOM into the stream at its end. What the
+    SBOM lists besides the image's files (``sbom``) and the parts of the size table
+    (``layout``) come as data from the build's plan (imagebuild.build.inventory)."""
 
-    def __init__(self, plan: BuildPlan, epoch: int):
+    def __init__(self, sbom: SbomInputs, layout: PartLayout, epoch: int):
         super().__init__(injects=frozenset({IMAGE_SBOM}))
-        self.plan = plan
+        self.sbom = sbom
+        self.layout = layout
         self.epoch = epoch
         self.sbom_text = ""
         self.finish = self._sbom_entry
@@ -72,23 +59,9 @@ class InventoryScan(ImageScan):
     @staticmethod
     def _sbom_entry(scan: ImageScan) -> list[RootfsEntry]:
         assert isinstance(scan, InventoryScan)
-        bom = image_sbom(sbom_inputs(scan.plan), scan.dpkg_status, scan.os_release(), scan.epoch)
+        bom = image_sbom(scan.sbom, scan.dpkg_status, scan.os_release(), scan.epoch)
         scan.sbom_text = sbom_json(bom)
         return [RootfsEntry(IMAGE_SBOM, data=scan.sbom_text.encode())]
-
-
-def recipe_scan(recipe: Recipe, source: ImageSource) -> InventoryScan | None:
-    """The observer for an image of ``recipe`` (None when the recipe has no current lock:
-    the SBOM lists the lock's pins, so it needs the lock the image was built from)."""
-    try:
-        lock = current_lock(recipe)
-    except LockError:
-        return None
-    if lock is None:
-        return None
-    epoch = lock.source_date_epoch
-    return InventoryScan(make_plan(recipe, lock), epoch if epoch is not None
-                         else reproducible_epoch(source.config()))
 
 
 def record_path(output_dir: Path, name: str) -> Path:
@@ -119,11 +92,10 @@ def take_inventory(scan: InventoryScan, source: ImageSource, output_dir: Path, n
         if recorded is not None:
             return recorded
         scan_image(source, scan)
-    layout = PartLayout.of(scan.plan)
+    layout = scan.layout
     parts = classify(scan.files, scan.package_files(), layout)
-    sizes = size_table(scan.files, parts, scan.device_code_removed())
-    kit = [p for p, part in layout.prefixes if part == "tuning kit"]
-    leftover = leftovers((p for p, part in parts.items() if part != BASE), keep=kit)
+    sizes = size_table(scan.files, parts, layout, scan.device_code_removed())
+    leftover = leftovers((p for p, part in parts.items() if part != BASE), keep=layout.keep)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = sbom_path(output_dir, name)
     write_text_atomic(path, scan.sbom_text)

@@ -1,10 +1,10 @@
 """The image's bill of materials, CycloneDX 1.6 JSON written with cyclonedx-python-lib.
 
 Components: every wheel of the lock (``pkg:pypi``, sha256 and URL), every OS package of
-the final image (its ``/var/lib/dpkg/status``: ``pkg:deb``), each source-built component
-(hipBLASLt, the network plugin: repository and commit; libfabric: archive URL and sha256,
-from the lock's ``[tool.imagebuild.sources]``), and the base image (``pkg:oci`` with its
-digest). Package URLs follow the purl specification (github.com/package-url/purl-spec,
+the final image (its ``/var/lib/dpkg/status``: ``pkg:deb``), every pinned source an image
+component is built from (given as data, ``PinnedSource``: a git repository and commit, an
+archive's URL and sha256, a source archive of the wheel index), each naming its component
+(``imagebuild:component``), and the base image (``pkg:oci`` with its digest). Package URLs follow the purl specification (github.com/package-url/purl-spec,
 PURL-TYPES.rst: pypi, deb, oci, github, generic).
 
 The same inputs give the same bytes: the serial number is derived from the lock and the
@@ -36,7 +36,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from imagebuild import __version__
-from imagebuild.lock.model import Lock, LockedArchive, LockedGit
+from imagebuild.lock.model import Lock, LockedArchive, LockedGit, LockedWheel, PinnedSource
 
 #: Inside the squashfs and SIF (the engine image does not carry it: it is made from the
 #: image's files after the build).
@@ -85,11 +85,15 @@ def _url(kind: ExternalReferenceType, url: str, digest: str | None = None) -> Ex
                              hashes=[_sha256(digest)] if digest else None)
 
 
+def _pypi_purl(wheel: LockedWheel) -> PackageURL:
+    return PackageURL(type="pypi", name=wheel.name.lower().replace("_", "-"),
+                      version=wheel.version, qualifiers={"file_name": wheel.filename})
+
+
 def wheel_components(lock: Lock) -> Iterator[Component]:
     """Every wheel of the lock, and the ROCm selector sdist built from its pinned bytes."""
     for wheel in (*lock.wheels, *([lock.selector] if lock.selector else [])):
-        purl = PackageURL(type="pypi", name=wheel.name.lower().replace("_", "-"),
-                          version=wheel.version, qualifiers={"file_name": wheel.filename})
+        purl = _pypi_purl(wheel)
         yield Component(
             type=ComponentType.LIBRARY, name=wheel.name, version=wheel.version, purl=purl,
             bom_ref=purl.to_string(), hashes=[_sha256(wheel.sha256)],
@@ -151,26 +155,33 @@ def archive_component(name: str, archive: LockedArchive, version: str | None) ->
                                   archive.sha256)])
 
 
+def sdist_component(name: str, sdist: LockedWheel) -> Component:
+    """A source archive of the wheel index, built in the image build."""
+    return Component(
+        type=ComponentType.LIBRARY, name=name, version=sdist.version, purl=_pypi_purl(sdist),
+        bom_ref=f"source:{name}", hashes=[_sha256(sdist.sha256)],
+        description="built from its source archive in the image build",
+        external_references=[_url(ExternalReferenceType.SOURCE_DISTRIBUTION, sdist.url,
+                                  sdist.sha256)])
+
+
 def _archive_version(name: str, url: str) -> str | None:
     match = re.search(rf"{re.escape(name)}-v?([0-9][0-9A-Za-z.+~-]*?)\.(tar|tgz|zip)", url)
     return match.group(1) if match else None
 
 
-def source_components(lock: Lock, *, hipblaslt_subdir: str = ".", plugin_kind: str | None = None,
-                      libfabric_version: str | None = None) -> list[Component]:
-    """hipBLASLt, the network plugin, libfabric, Megatron-LM and rccl-tests, as the lock pins
-    them."""
+def source_components(sources: tuple[PinnedSource, ...]) -> list[Component]:
+    """The pinned sources the image's components are built from, each naming its component."""
     components = []
-    if lock.hipblaslt:
-        components.append(git_component("hipblaslt", lock.hipblaslt, hipblaslt_subdir))
-    if lock.network_plugin:
-        components.append(git_component(plugin_kind or "network-plugin", lock.network_plugin))
-    if lock.libfabric:
-        components.append(archive_component("libfabric", lock.libfabric, libfabric_version))
-    if lock.megatron:
-        components.append(git_component("megatron-lm", lock.megatron))
-    if lock.rccl_tests:
-        components.append(git_component("rccl-tests", lock.rccl_tests))
+    for source in sources:
+        if isinstance(source.pin, LockedGit):
+            component = git_component(source.name, source.pin, source.subdir)
+        elif isinstance(source.pin, LockedArchive):
+            component = archive_component(source.name, source.pin, source.version)
+        else:
+            component = sdist_component(source.name, source.pin)
+        component.properties.add(Property(name="imagebuild:component", value=source.component))
+        components.append(component)
     return components
 
 
@@ -199,11 +210,8 @@ class SbomInputs:
 
     recipe: str
     lock: Lock
-    hipblaslt_subdir: str = "."
-    plugin_kind: str | None = None
-    libfabric_version: str | None = None
-    #: The tuner plugin's source archive (url, sha256), pinned by the recipe, not the lock.
-    rccl_tuner: tuple[str, str] | None = None
+    #: The pinned sources the image's components are built from, in the registry's order.
+    sources: tuple[PinnedSource, ...] = ()
 
 
 def image_sbom(inputs: SbomInputs, dpkg_status: str, os_release: dict[str, str],
@@ -224,11 +232,7 @@ def image_sbom(inputs: SbomInputs, dpkg_status: str, os_release: dict[str, str],
     bom = Bom(serial_number=serial, metadata=metadata)
     components = [
         base_component(lock),
-        *source_components(lock, hipblaslt_subdir=inputs.hipblaslt_subdir,
-                           plugin_kind=inputs.plugin_kind,
-                           libfabric_version=inputs.libfabric_version),
-        *([archive_component("rccl-tuner", LockedArchive(*inputs.rccl_tuner, size=0), None)]
-          if inputs.rccl_tuner else []),
+        *source_components(inputs.sources),
         *wheel_components(lock),
         *deb_components(dpkg_packages(dpkg_status), os_release),
     ]

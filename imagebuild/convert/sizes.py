@@ -1,8 +1,9 @@
 """The size of each part of a built image, from its files (``imagebuild.convert.scan``), and
 what a lean final stage must not carry.
 
-Parts, first match wins: the trees imagebuild installs (by path prefix, from the build
-plan), then the files of the OS packages the final stage installs by name (dpkg's
+Parts, first match wins: the trees imagebuild installs (by path prefix: each image
+component's parts, named by the component, then the venv; given as data by the build), then
+the files of the OS packages the final stage installs by name (dpkg's
 ``info/<package>.list``), then imagebuild's own small files; everything else came with the
 base image. A package the final stage pulls in only as a dependency counts under the base
 image: telling it apart would need the base image's package list, which the final image
@@ -16,16 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from imagebuild.render.layout import IMAGE_ROOT, SHIM_PATH, VENV
-from imagebuild.render.plan import BuildPlan
 
 BASE = "base image"
 OS_PACKAGES = "OS packages added"
 VENV_PART = "venv"
-HIPBLASLT = "hipBLASLt"
-TUNING_KIT = "tuning kit"
-PLUGIN = "network plugin + libfabric"
 OTHER = "other"
-PARTS = (BASE, OS_PACKAGES, VENV_PART, HIPBLASLT, TUNING_KIT, PLUGIN, OTHER)
 
 #: imagebuild's own files outside the trees above (uv, the shim, the manifest and checks,
 #: the login-shell PATH file, the loader configuration for libfabric).
@@ -35,29 +31,32 @@ OWN_FILES = (IMAGE_ROOT.lstrip("/") + "/", SHIM_PATH.lstrip("/"), "usr/local/bin
 
 @dataclass(frozen=True)
 class PartLayout:
-    """Path prefixes (no leading slash, trailing slash) of the parts a plan installs."""
+    """Path prefixes (no leading slash, trailing slash) of the parts an image's build
+    installs, and the table's parts in order."""
 
     prefixes: tuple[tuple[str, str], ...]  # (prefix, part), most specific first
     packages: frozenset[str]  # OS packages the final stage installs by name
+    #: The size table's rows: base image, OS packages, venv, the components' parts, other.
+    parts: tuple[str, ...] = (BASE, OS_PACKAGES, VENV_PART, OTHER)
+    #: Prefixes whose build-only files are kept on purpose (not leftovers).
+    keep: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, plan: BuildPlan) -> PartLayout:
-        prefixes = []
-        if plan.hipblaslt is not None:
-            if plan.hipblaslt.tuning_kit:
-                prefixes.append((f"{plan.hipblaslt.prefix}/tuning", TUNING_KIT))
-            prefixes.append((plan.hipblaslt.prefix, HIPBLASLT))
-        if plan.plugin is not None:
-            prefixes += [(plan.plugin.prefix, PLUGIN), (plan.plugin.libfabric_prefix, PLUGIN)]
-        prefixes.append((VENV, VENV_PART))
+    def of(cls, components: Iterable[tuple[str, str]], packages: Iterable[str],
+           keep: Iterable[str] = ()) -> PartLayout:
+        """The layout of an image: ``components``' (prefix, part) pairs, most specific first,
+        and the OS packages its final stage installs."""
+        prefixes = [*components, (VENV, VENV_PART)]
+        named = dict.fromkeys(part for _, part in prefixes if part != VENV_PART)
         # A recipe may pin a package's version (librccl1=7.2.4-1~exp3); dpkg names it alone.
         return cls(tuple((p.strip("/") + "/", part) for p, part in prefixes),
-                   frozenset(p.split("=", 1)[0] for p in plan.runtime_packages))
+                   frozenset(p.split("=", 1)[0] for p in packages),
+                   (BASE, OS_PACKAGES, VENV_PART, *named, OTHER), tuple(keep))
 
 
 @dataclass(frozen=True)
 class SizeTable:
-    #: (part, bytes, files) in PARTS order
+    #: (part, bytes, files) in the layout's order
     rows: tuple[tuple[str, int, int], ...]
     #: (bytes, files) of other GPUs' device code the final stage deleted from the base
     #: image (packaged ROCm); not in the image, so not in the total.
@@ -77,7 +76,7 @@ class SizeTable:
         return data
 
     def lines(self) -> list[str]:
-        width = max(len(p) for p in PARTS)
+        width = max(len(p) for p, _, _ in self.rows)
         out = [f"{'part':{width}}  {'MiB':>9}  {'share':>6}  {'files':>7}"]
         for part, size, files in self.rows:
             share = 100 * size / self.total if self.total else 0.0
@@ -119,15 +118,16 @@ def classify(files: Mapping[str, int], package_files: Mapping[str, Iterable[str]
     return parts
 
 
-def size_table(files: Mapping[str, int], parts: Mapping[str, str],
+def size_table(files: Mapping[str, int], parts: Mapping[str, str], layout: PartLayout,
                device_code_removed: tuple[int, int] | None = None) -> SizeTable:
-    """Sum ``files`` (path -> bytes) by their ``parts`` (from ``classify``)."""
-    sizes = dict.fromkeys(PARTS, 0)
-    counts = dict.fromkeys(PARTS, 0)
+    """Sum ``files`` (path -> bytes) by their ``parts`` (from ``classify``), in the
+    layout's order of the parts."""
+    sizes = dict.fromkeys(layout.parts, 0)
+    counts = dict.fromkeys(layout.parts, 0)
     for path, size in files.items():
         sizes[parts[path]] += size
         counts[parts[path]] += 1
-    return SizeTable(tuple((p, sizes[p], counts[p]) for p in PARTS), device_code_removed)
+    return SizeTable(tuple((p, sizes[p], counts[p]) for p in layout.parts), device_code_removed)
 
 
 # --- what a lean final stage does not carry ---------------------------------------------------

@@ -42,12 +42,12 @@ from imagebuild.convert.artifacts import Artifact, flushing, publish
 from imagebuild.convert.runtime_files import runtime_entries
 from imagebuild.convert.sources import ImageConfig, ImageSource
 from imagebuild.convert.tarfilter import (
-    PipeWriter,
     RootfsEntry,
     StreamObserver,
     StreamStats,
     filter_rootfs_tar,
 )
+from imagebuild.convert.tarstream import PipeWriter
 from imagebuild.convert.timings import SquashTimings, children_cpu
 from imagebuild.errors import EngineError, SquashError
 from imagebuild.files import remove_quietly, temporary_name

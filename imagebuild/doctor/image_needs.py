@@ -5,9 +5,13 @@ image (its manifest, read through the container engine), a squashed image (.sqsh
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from imagebuild.components.network_plugin import component as network_plugin
+from imagebuild.components.network_plugin.libfabric import abi_name, abi_of
+from imagebuild.components.rccl_tuner import component as rccl_tuner
 from imagebuild.convert.read_file import read_from_image_file
 from imagebuild.errors import ValidateError
 from imagebuild.inimage.doctor.needs import (
@@ -19,14 +23,7 @@ from imagebuild.inimage.doctor.needs import (
 )
 from imagebuild.inimage.image_manifest import load_manifest
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.layout import (
-    DEVICE_CODE_REPORT,
-    IMAGE_MANIFEST,
-    RCCL_TUNER_PREFIX,
-    VENV,
-)
-from imagebuild.render.libfabric import abi_name, abi_of
-from imagebuild.render.plan import plugin_prefix
+from imagebuild.render.layout import DEVICE_CODE_REPORT, IMAGE_MANIFEST, VENV
 
 
 def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
@@ -34,21 +31,20 @@ def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
     version of the libfabric it is built against (fi_getinfo's, the one that moves). The
     plugin stage builds aws-ofi-nccl with --disable-platform-aws, which leaves its tuner out
     (src/Makefile.am), and ROCm's aws-ofi-rccl has none: the recipe's plugin exports none."""
-    plugin = recipe.network_plugin
-    tuner = recipe.rccl_tuner
-    return ImageNeeds(
+    tuner = rccl_tuner.section(recipe)
+    needs = ImageNeeds(
         name=recipe.name, rocm=recipe.rocm, gpu_targets=tuple(recipe.gpu_targets),
-        plugin=plugin.enabled,
-        plugin_library=f"{plugin_prefix(recipe)}/lib/librccl-net.so" if plugin.enabled else None,
-        fabric_needs=(abi_name(abi_of(plugin.libfabric.version)),) if plugin.enabled else (),
-        venv=VENV,
-        plugin_kind=plugin.kind if plugin.enabled else None,
-        plugin_version=release_of(plugin.source.ref) if plugin.enabled else None,
-        plugin_tuner=() if plugin.enabled else None,
-        # the library the tuner stage installs (render.plan.RcclTunerPlan.library)
-        rccl_tuner_library=f"{RCCL_TUNER_PREFIX}/lib/librccl-tuner.so" if tuner.enabled
-        else None)
-
+        plugin=False, plugin_library=None, fabric_needs=(), venv=VENV,
+        # the library the tuner stage installs (its plan's library)
+        rccl_tuner_library=f"{rccl_tuner.PREFIX}/lib/librccl-tuner.so" if tuner else None)
+    plugin = network_plugin.section(recipe)
+    if plugin is None:
+        return needs
+    return replace(
+        needs, plugin=True,
+        plugin_library=f"{network_plugin.plugin_prefix(plugin.kind)}/lib/librccl-net.so",
+        fabric_needs=(abi_name(abi_of(plugin.libfabric.version)),),
+        plugin_kind=plugin.kind, plugin_version=release_of(plugin.source.ref), plugin_tuner=())
 
 def needs_from_file(path: Path) -> ImageNeeds:
     manifest, why = load_manifest(str(path))

@@ -5,22 +5,25 @@ only from a lock that passed here."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from imagebuild.errors import LockError
+from imagebuild import components
+from imagebuild.errors import LockError, short_path
 from imagebuild.lock.lockfile import lock_path, read_lock
-from imagebuild.lock.model import Lock
+from imagebuild.lock.model import (
+    ArchivePin,
+    GitPin,
+    IndexSdist,
+    Lock,
+    LockedArchive,
+    LockedGit,
+    Pin,
+)
 from imagebuild.recipe import grammar
-from imagebuild.recipe.model import TE_TORCH_SDIST, Recipe
+from imagebuild.recipe.model import Recipe
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-def display(path: Path) -> str:
-    """``recipes/rocm-7.0.2.yaml``: parent folder and name, the same on every checkout."""
-    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
 def current_lock(recipe: Recipe) -> Lock | None:
@@ -35,7 +38,7 @@ def current_lock(recipe: Recipe) -> Lock | None:
 
 def check_lock(recipe: Recipe, lock: Lock) -> None:
     """The lock belongs to this recipe, is current, and every pin has its strict format."""
-    where = display(lock.path)
+    where = short_path(lock.path)
     if lock.recipe != recipe.name:
         raise LockError(f"{where}: lock is for recipe {lock.recipe!r}, not {recipe.name!r}")
     if lock.input_hash != recipe.lock_input_hash():
@@ -48,29 +51,31 @@ def check_lock(recipe: Recipe, lock: Lock) -> None:
             raise LockError(f"{where}: {wheel.name}: sha256 {wheel.sha256!r} is not 64 hex")
         if not wheel.url.startswith(("https://", "http://", "file://")):
             raise LockError(f"{where}: {wheel.name}: url {wheel.url!r} is not http(s)/file")
-    for key, git, enabled in (("hipblaslt", lock.hipblaslt, recipe.hipblaslt.enabled),
-                              ("network-plugin", lock.network_plugin,
-                               recipe.network_plugin.enabled),
-                              ("megatron", lock.megatron, recipe.megatron.enabled),
-                              ("rccl-tests", lock.rccl_tests, recipe.rccl_tests.enabled)):
-        if not enabled:
-            continue
-        if git is None:
-            raise LockError(f"{where}: [tool.imagebuild.sources.{key}] missing; "
-                            f"run `imagebuild lock {recipe.name}`")
-        if not _COMMIT.match(git.commit):
-            raise LockError(f"{where}: {key} commit {git.commit!r} is not 40 hex")
-    if recipe.transformer_engine.enabled:
-        built = lock.sdist(TE_TORCH_SDIST)
-        if built is None or built.version != recipe.transformer_engine.version:
-            raise LockError(f"{where}: no {TE_TORCH_SDIST} {recipe.transformer_engine.version} "
-                            f"source archive; run `imagebuild lock {recipe.name}`")
-    if recipe.network_plugin.enabled:
-        archive = lock.libfabric
-        if archive is None:
-            raise LockError(f"{where}: [tool.imagebuild.sources.libfabric] missing; "
-                            f"run `imagebuild lock {recipe.name}`")
-        if not _SHA256.match(archive.sha256):
-            raise LockError(f"{where}: libfabric sha256 {archive.sha256!r} is not 64 hex")
-        if not grammar.matches(grammar.ARCHIVE_URL, archive.url):
-            raise LockError(f"{where}: libfabric url {archive.url!r} is not an http(s) URL")
+    for component, section in components.enabled(recipe):
+        for pin in component.pins(section, recipe):
+            _check_pin(pin, lock, where, recipe.name)
+
+
+def _check_pin(pin: Pin, lock: Lock, where: str, recipe: str) -> None:
+    """What a component asked the lock to pin is there, in its strict format."""
+    relock = f"run `imagebuild lock {recipe}`"
+    if isinstance(pin, (GitPin, ArchivePin)):
+        source = lock.git(pin.key) if isinstance(pin, GitPin) else lock.archive(pin.key)
+        if source is None:
+            raise LockError(f"{where}: [tool.imagebuild.sources.{pin.key}] missing; {relock}")
+        if isinstance(source, LockedGit) and not _COMMIT.match(source.commit):
+            raise LockError(f"{where}: {pin.key} commit {source.commit!r} is not 40 hex")
+        if isinstance(source, LockedArchive):
+            if not _SHA256.match(source.sha256):
+                raise LockError(f"{where}: {pin.key} sha256 {source.sha256!r} is not 64 hex")
+            if not grammar.matches(grammar.ARCHIVE_URL, source.url):
+                raise LockError(f"{where}: {pin.key} url {source.url!r} is not an http(s) URL")
+    elif isinstance(pin, IndexSdist):
+        built = lock.sdist(pin.name)
+        if built is None or built.version != pin.version:
+            raise LockError(f"{where}: no {pin.name} {pin.version} source archive; {relock}")
+    else:
+        for name, version in pin.pins:
+            wheel = lock.wheel(name)
+            if wheel is None or wheel.version != version:
+                raise LockError(f"{where}: no {name} {version} wheel; {relock}")

@@ -14,11 +14,14 @@ files' own times, which the base image's timestamp-based .pyc files are checked 
 invalidate those .pyc files.
 
 Re-locking to the same pins keeps the recorded time (``relock_text``), so ``imagebuild
-lock`` stays idempotent and so do the images.
+lock`` stays idempotent and so do the images. "The same pins" is the same lock document,
+whatever order its tables list their keys in: a lock written by an imagebuild that listed
+the same sources in another order keeps its time.
 """
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,8 +44,21 @@ def relock_text(path: Path, render: Callable[[int | None], str]) -> str:
         current = path.read_text(encoding="utf-8") if previous is not None else None
     except (LockError, OSError):
         previous = current = None
-    if previous is not None:
+    if previous is not None and current is not None:
         kept = render(previous)
-        if kept == current:
+        if _same_document(kept, current):
             return kept
     return render(None)
+
+
+def _same_document(new: str, old: str) -> bool:
+    """The same header comment and the same TOML data (tables compared as mappings)."""
+    if new == old:
+        return True
+    header = [line for line in new.splitlines() if line.startswith("#")]
+    if header != [line for line in old.splitlines() if line.startswith("#")]:
+        return False
+    try:
+        return tomllib.loads(new) == tomllib.loads(old)
+    except tomllib.TOMLDecodeError:
+        return False

@@ -1,9 +1,9 @@
 """The lock file format: PEP 751 ``pylock.<recipe>.toml`` plus ``[tool.imagebuild]``.
 
 The Python part is standard pylock (every wheel with URL, size and sha256) so any PEP 751
-installer can read it; the non-Python pins (base image digest, git commits of source builds,
-the libfabric archive hash) live in the ``[tool.imagebuild]`` table PEP 751 reserves for
-tools. A comment header names the recipe and its input hash, so a stale lock is found by
+installer can read it; the non-Python pins (base image digest, the components' git commits
+and archive hashes, each under its key in ``sources``) live in the ``[tool.imagebuild]``
+table PEP 751 reserves for tools. A comment header names the recipe and its input hash, so a stale lock is found by
 comparing hashes, not by guessing from dates.
 """
 
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import time
 import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from imagebuild.errors import LockError
-from imagebuild.lock.model import Lock, LockedArchive, LockedGit, LockedWheel
+from imagebuild.lock.model import Lock, LockedArchive, LockedGit, LockedSource, LockedWheel
 from imagebuild.recipe.model import ROCM_SELECTOR, Recipe
 
 TOOL_KEY = "imagebuild"
@@ -81,13 +83,6 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
             name=package["name"], version=package["version"], url=wheel["url"],
             sha256=wheel["hashes"]["sha256"], size=wheel.get("size"),
         ))
-    sources = tool.get("sources", {})
-
-    def git(key: str) -> LockedGit | None:
-        entry = sources.get(key)
-        return LockedGit(entry["repository"], entry["ref"], entry["commit"]) if entry else None
-
-    archive = sources.get("libfabric")
     return Lock(
         recipe=tool["recipe"],
         path=path,
@@ -96,18 +91,22 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         base_image=tool["base-image"],
         base_digest=tool["base-digest"],
         wheels=tuple(wheels),
-        hipblaslt=git("hipblaslt"),
-        network_plugin=git("network-plugin"),
-        libfabric=LockedArchive(archive["url"], archive["sha256"], archive["size"])
-        if archive else None,
         source_date_epoch=_epoch(tool.get(EPOCH_KEY)),
         selector=selector,
         gpu_family=tool.get("gpu-family"),
         device_extras=tuple(tool.get("device-extras", ())),
-        megatron=git("megatron"),
-        rccl_tests=git("rccl-tests"),
         sdists=tuple(sdists),
+        sources={key: _source(key, entry) for key, entry in tool.get("sources", {}).items()},
     )
+
+
+def _source(key: str, entry: dict[str, Any]) -> LockedSource:
+    """A git source (repository, ref, commit) or an archive (url, sha256, size)."""
+    if "commit" in entry:
+        return LockedGit(entry["repository"], entry["ref"], entry["commit"])
+    if "sha256" in entry:
+        return LockedArchive(entry["url"], entry["sha256"], entry["size"])
+    raise ValueError(f"sources.{key} is neither a git source (commit) nor an archive (sha256)")
 
 
 def _epoch(value: Any) -> int | None:
@@ -119,20 +118,15 @@ def _epoch(value: Any) -> int | None:
 
 
 def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: str,
-              wheel_index: str, hipblaslt: LockedGit | None = None,
-              network_plugin: LockedGit | None = None,
-              libfabric: LockedArchive | None = None,
-              source_date_epoch: int | None = None,
-              megatron: LockedGit | None = None,
-              rccl_tests: LockedGit | None = None) -> str:
+              wheel_index: str, sources: Mapping[str, LockedSource] | None = None,
+              source_date_epoch: int | None = None) -> str:
     """The whole lock file: header, PEP 751 document (``packages`` as pylock entries, each
     with one wheel, or the ROCm selector's sdist) and the ``[tool.imagebuild]`` pins.
 
     ``source_date_epoch`` defaults to now: the moment the pins were chosen (see
     imagebuild.lock.epoch for why that time).
     """
-    tool = tool_table(recipe, base_digest, hipblaslt, network_plugin, libfabric, megatron,
-                      rccl_tests)
+    tool = tool_table(recipe, base_digest, sources or {})
     tool["wheel-index"] = wheel_index
     tool[EPOCH_KEY] = int(time.time()) if source_date_epoch is None else source_date_epoch
     document: dict[str, Any] = {
@@ -148,18 +142,9 @@ def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: st
     return header(recipe) + tomli_w.dumps(document)
 
 
-def tool_table(recipe: Recipe, base_digest: str, hipblaslt: LockedGit | None,
-               network_plugin: LockedGit | None, libfabric: LockedArchive | None,
-               megatron: LockedGit | None = None,
-               rccl_tests: LockedGit | None = None) -> dict[str, Any]:
-    sources: dict[str, Any] = {}
-    for key, git in (("hipblaslt", hipblaslt), ("network-plugin", network_plugin),
-                     ("megatron", megatron), ("rccl-tests", rccl_tests)):
-        if git:
-            sources[key] = {"repository": git.repository, "ref": git.ref, "commit": git.commit}
-    if libfabric:
-        sources["libfabric"] = {"url": libfabric.url, "sha256": libfabric.sha256,
-                                "size": libfabric.size}
+def tool_table(recipe: Recipe, base_digest: str,
+               sources: Mapping[str, LockedSource]) -> dict[str, Any]:
+    """The ``[tool.imagebuild]`` table; ``sources`` in the order the components pinned them."""
     table: dict[str, Any] = {
         "recipe": recipe.name,
         "input-hash": recipe.lock_input_hash(),
@@ -173,5 +158,5 @@ def tool_table(recipe: Recipe, base_digest: str, hipblaslt: LockedGit | None,
         table["wheel-layout"] = "multi-arch"
         table["device-extras"] = list(recipe.device_extras)
     if sources:
-        table["sources"] = sources
+        table["sources"] = {key: asdict(source) for key, source in sources.items()}
     return table

@@ -11,73 +11,27 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from imagebuild import components
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
 from imagebuild.project import project_dir
 from imagebuild.recipe import grammar, spec
-from imagebuild.recipe.gpu_family import (
-    FamilyError,
-    device_extras,
-    family_of,
-    multi_arch_index,
-    untested,
-)
+from imagebuild.recipe.format import defaults, lookup, recipe_spec
+from imagebuild.recipe.located import KeyPath, NotYaml, Origin, dotted, read_mapping
 from imagebuild.recipe.model import (
     RADEON_INDEX,
     ROCM_WHEELS_INDEX,
-    GitSource,
-    HipBlasLt,
-    Libfabric,
-    Megatron,
-    NetworkPlugin,
-    RcclTests,
-    RcclTuner,
     Recipe,
-    TransformerEngine,
-    WheelLayout,
+    Section,
     Wheels,
 )
 from imagebuild.recipe.rocm_layout import is_therock_line, system_prefix
-from imagebuild.recipe.rocm_layout import release as rocm_release
+from imagebuild.recipe.spec_check import check_against_spec
+from imagebuild.recipe.therock import untested_checks, wheels_layout, wheels_targets
 
 RECIPE_SUFFIX = ".yaml"
-
-#: Values a recipe may leave out. Shared parts belong in a parent recipe, not here: these
-#: are only the switches whose absence has one obvious meaning.
-DEFAULTS: dict[str, Any] = {
-    "description": "",
-    "os_packages": [],
-    "rocm_from": "base_image",
-    "build_packages": [],
-    "sites": [],
-    "python": "3.12",
-    "gpu_targets": [],
-    "accept_untested_targets": [],
-    "hipblaslt": {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True,
-                  "rocroller": True},
-    "network_plugin": {"enabled": False, "kind": "aws-ofi-nccl"},
-    "megatron": {"enabled": False, "pypi": []},
-    "transformer_engine": {"enabled": False},
-    "rccl_tests": {"enabled": False},
-    "rccl_tuner": {"enabled": False, "example_dir": "ext-tuner/example",
-                   "interface_adapter": True},
-    "env": {},
-    "labels": {},
-    "dockerfile": {"syntax": "docker/dockerfile:1.7"},
-}
-
-Path_ = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Origin:
-    file: Path
-    line: int
 
 
 def recipes_dir(project: Path | None = None) -> Path:
@@ -124,7 +78,7 @@ def load_recipe(name_or_path: str | Path, project: Path | None = None) -> Recipe
     if problems:
         raise RecipeError(problems)
     merged: dict[str, Any] = {}
-    origins: dict[Path_, Origin] = {}
+    origins: dict[KeyPath, Origin] = {}
     for data, file_origins in reversed(chain):
         _merge(merged, data, ())
         origins.update(file_origins)
@@ -138,9 +92,9 @@ def load_recipe(name_or_path: str | Path, project: Path | None = None) -> Recipe
 
 # --- loading ------------------------------------------------------------------------------
 
-def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[Path_, Origin]]]:
+def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[KeyPath, Origin]]]:
     """The recipe and its parents, child first; each validated on its own."""
-    chain: list[tuple[dict, dict[Path_, Origin]]] = []
+    chain: list[tuple[dict, dict[KeyPath, Origin]]] = []
     seen: list[Path] = []
     current: Path | None = path
     while current is not None:
@@ -169,58 +123,25 @@ def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[Pa
     return chain
 
 
-def _load_file(path: Path, problems: list[Problem]) -> tuple[dict, dict[Path_, Origin]] | None:
+def _load_file(path: Path, problems: list[Problem]) -> tuple[dict, dict[KeyPath, Origin]] | None:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(Problem(path, None, "", f"cannot read recipe: {exc}"))
         return None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        what = getattr(exc, "problem", None) or str(exc)
-        problems.append(Problem(path, mark.line + 1 if mark else None, "",
-                                f"invalid YAML: {what}"))
+        read = read_mapping(text, path, problems)
+    except NotYaml as exc:
+        problems.append(Problem(path, exc.line, "", f"invalid YAML: {exc.what}"))
         return None
-    if node is None or not isinstance(node, yaml.MappingNode):
+    if read is None:
         problems.append(Problem(path, 1, "", "a recipe must be a YAML mapping of keys to values"))
-        return None
-    origins: dict[Path_, Origin] = {(): Origin(path, 1)}
-    data = node_to_python(node, path, (), origins, problems)
-    return data, origins
-
-
-def node_to_python(node: yaml.Node, file: Path, path: Path_, origins: dict[Path_, Origin],
-                   problems: list[Problem]) -> Any:
-    """A composed YAML node as plain data, recording the line of every key in ``origins``;
-    non-string and duplicate keys become problems instead of being silently accepted."""
-    origins.setdefault(path, Origin(file, node.start_mark.line + 1))
-    if isinstance(node, yaml.MappingNode):
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            line = key_node.start_mark.line + 1
-            if not isinstance(key, str) or key_node.tag != "tag:yaml.org,2002:str":
-                problems.append(Problem(file, line, _dotted(path), "keys must be strings"))
-                continue
-            if key in result:
-                problems.append(Problem(file, line, _dotted(path + (key,)),
-                                        "duplicate key (YAML would silently keep the last one)"))
-                continue
-            origins[path + (key,)] = Origin(file, line)
-            result[key] = node_to_python(value_node, file, path + (key,), origins, problems)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [node_to_python(item, file, path + (str(i),), origins, problems)
-                for i, item in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" \
-        else node.value
+    return read
 
 
 # --- per-file validation --------------------------------------------------------------------
 
-def _check_file(file: Path, data: dict, origins: dict[Path_, Origin],
+def _check_file(file: Path, data: dict, origins: dict[KeyPath, Origin],
                 problems: list[Problem]) -> None:
     if "version" not in data:
         problems.append(Problem(file, 1, "version",
@@ -232,105 +153,12 @@ def _check_file(file: Path, data: dict, origins: dict[Path_, Origin],
                                 f"recipe format {data['version']} is newer than this imagebuild "
                                 f"reads ({spec.FORMAT_VERSION}); upgrade imagebuild"))
         return
-    check_against_spec(spec.RECIPE, data, (), file, origins, problems)
-
-
-def check_against_spec(s: spec.Spec, value: Any, path: Path_, file: Path,
-                       origins: dict[Path_, Origin], problems: list[Problem]) -> None:
-    """Append a problem (file, line, dotted key, what was expected) for every place where
-    ``value`` departs from the spec ``s``."""
-    def problem(message: str, at: Path_ = path) -> None:
-        origin = origins.get(at) or origins.get(path) or Origin(file, 0)
-        problems.append(Problem(file, origin.line or None, _dotted(at), message))
-
-    if value is None and getattr(s, "nullable", False):
-        return
-    if isinstance(s, spec.Obj):
-        if not isinstance(value, dict):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-            return
-        for key, item in value.items():
-            if key not in s.fields:
-                hint = difflib.get_close_matches(key, list(s.fields), n=1)
-                problem("unknown key" + (f"; did you mean {hint[0]!r}?" if hint else
-                                         f" (allowed: {', '.join(s.fields)})"), path + (key,))
-                continue
-            check_against_spec(s.fields[key], item, path + (key,), file, origins, problems)
-    elif isinstance(s, spec.Table):
-        if not isinstance(value, dict):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-            return
-        for key, item in value.items():
-            if s.key.pattern and not grammar.matches(s.key.pattern, key):
-                problem(f"invalid key {key!r}: expected {s.key.expected}", path + (key,))
-            elif item is not None:  # null removes an inherited entry
-                check_against_spec(s.value, item, path + (key,), file, origins, problems)
-    elif isinstance(s, spec.Seq):
-        if not isinstance(value, list):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-            return
-        for i, item in enumerate(value):
-            check_against_spec(s.item, item, path + (str(i),), file, origins, problems)
-        if all(isinstance(v, (str, int, float, bool)) for v in value):
-            duplicates = sorted({str(v) for v in value if value.count(v) > 1})
-            if duplicates:
-                problem(f"duplicate entries: {', '.join(duplicates)}")
-    elif isinstance(s, spec.Bool):
-        if not isinstance(value, bool):
-            problem(f"expected {s.expected}, got {_describe(value)}")
-    elif isinstance(s, spec.Int):
-        if not isinstance(value, int) or isinstance(value, bool):
-            problem(f"expected {s.expected} (an integer), got {_describe(value)}")
-        elif s.enum and value not in s.enum:
-            problem(f"expected one of {', '.join(map(str, s.enum))}, got {value}")
-        elif s.minimum is not None and value < s.minimum:
-            problem(f"expected {s.expected} (at least {s.minimum}), got {value}")
-    elif isinstance(s, spec.Str):
-        if value is None and s.nullable:
-            return
-        if not isinstance(value, str):
-            quote = f'; quote it: "{value}"' if isinstance(value, (int, float)) \
-                and not isinstance(value, bool) else ""
-            problem(f"expected {s.expected}, got {_describe(value)}{quote}")
-            return
-        unsafe = grammar.text_problem(value)
-        if unsafe:
-            problem(f"{unsafe}: {value!r}")
-        elif s.enum and value not in s.enum:
-            hint = difflib.get_close_matches(value, list(s.enum), n=1)
-            problem(f"expected {s.expected}, got {value!r}"
-                    + (f"; did you mean {hint[0]!r}?" if hint else ""))
-        elif s.pattern and not grammar.matches(s.pattern, value):
-            why = s.explain(value) if s.explain else None
-            problem(f"{value!r} {why}" if why else f"expected {s.expected}, got {value!r}")
-        elif s.check and (why := s.check(value)):
-            problem(f"{value!r} {why}")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, (int, float)):
-        return f"a number ({value})"
-    return repr(value)
-
-
-def _dotted(path: Path_) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
-    return out
+    check_against_spec(recipe_spec(), data, (), file, origins, problems)
 
 
 # --- merging --------------------------------------------------------------------------------
 
-def _merge(into: dict[str, Any], child: dict[str, Any], path: Path_) -> None:
+def _merge(into: dict[str, Any], child: dict[str, Any], path: KeyPath) -> None:
     """Child values win; mappings merge key by key; lists and scalars are replaced.
 
     In tables (env, labels, wheels.packages) a null removes the inherited entry.
@@ -341,7 +169,7 @@ def _merge(into: dict[str, Any], child: dict[str, Any], path: Path_) -> None:
         here = path + (key,)
         if isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value, here)
-        elif value is None and isinstance(spec.lookup(path), spec.Table):
+        elif value is None and isinstance(lookup(path), spec.Table):
             into.pop(key, None)
         else:
             into[key] = _copy(value)
@@ -356,26 +184,26 @@ def _copy(value: Any) -> Any:
 
 
 def _with_defaults(merged: dict[str, Any]) -> dict[str, Any]:
-    out = {k: _copy(v) for k, v in DEFAULTS.items()}
+    out = {k: _copy(v) for k, v in defaults().items()}
     _merge(out, merged, ())
     return out
 
 
 # --- merged validation and construction ---------------------------------------------------
 
-def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
+def _build(path: Path, merged: dict[str, Any], origins: dict[KeyPath, Origin],
            sources: tuple[Path, ...], problems: list[Problem]) -> Recipe | None:
-    def problem(at: Path_, message: str) -> None:
+    def problem(at: KeyPath, message: str) -> None:
         origin = origins.get(at) or origins.get(at[:-1]) or origins.get(at[:1]) or Origin(path, 0)
-        problems.append(Problem(origin.file, origin.line or None, _dotted(at), message))
+        problems.append(Problem(origin.file, origin.line or None, dotted(at), message))
 
-    for key in spec.RECIPE.required:
+    for key in spec.CORE.required:
         if key not in merged:
             problem((key,), "missing (required in the recipe or a parent it extends)")
     if problems:
         return None
     data = _with_defaults(merged)
-    # Not in DEFAULTS: the directory depends on the release line (rocm_layout).
+    # Not a default: the directory depends on the release line (rocm_layout).
     data.setdefault("rocm_prefix", system_prefix(data["rocm"]))
     for name, value in data["wheels"]["packages"].items():
         if value is None:
@@ -384,17 +212,15 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         problem(("wheels", "packages"), "must pin torch (the image exists to run it)")
 
     rocm = data["rocm"]
-    hip = data["hipblaslt"]
-    plugin = data["network_plugin"]
     rocm_wheels = data["rocm_from"] == "wheels"
     family = layout = None
     extras: tuple[str, ...] = ()
     index_url = data["wheels"].get("index_url")
     if rocm_wheels:
-        layout, index_url = _wheels_layout(data, index_url)
-        family, extras = _wheels_targets(data, layout, problem)
+        layout, index_url = wheels_layout(data, index_url)
+        family, extras = wheels_targets(data, layout, problem)
     elif rocm is not None and is_therock_line(rocm):
-        _untested_checks(data, "a TheRock base image", problem)
+        untested_checks(data, "a TheRock base image", problem)
     elif data["accept_untested_targets"]:
         problem(("accept_untested_targets",), "only applies to the TheRock lines (7.14.x, "
                 "10.x); a packaged ROCm base image has its own support list")
@@ -408,74 +234,11 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
             problem(("wheels", "index_url"), "{family} is only known when rocm_from is wheels")
         index_url = index_url.replace("{family}", family or "")
 
-    megatron = data["megatron"]
-    tests = data["rccl_tests"]
-    # Sources pinned by commit; Megatron alone is plain Python and C++ (a CPU image may
-    # carry it), the others compile against ROCm.
-    git_sections = (("hipblaslt", hip), ("network_plugin", plugin), ("rccl_tests", tests),
-                    ("megatron", megatron))
-    for section, what in git_sections:
-        if not what.get("enabled"):
-            continue
-        if rocm is None and section != "megatron":
-            problem((section, "enabled"), "needs a ROCm release (rocm is null: CPU-only image)")
-        for key in ("repository", "ref"):
-            if key not in what:
-                problem((section, key), f"missing (required when {section}.enabled is true)")
-    if hip.get("enabled") and not data["gpu_targets"]:
-        problem(("hipblaslt", "enabled"), "needs gpu_targets to list the GPUs to build "
-                "hipBLASLt for (building for every target takes hours)")
-    if hip.get("enabled") and rocm is not None:
-        _hipblaslt_option_checks(hip, rocm, problem)
-    if plugin.get("enabled"):
-        libfabric = plugin.get("libfabric") or {}
-        for key in ("version", "url"):
-            if key not in libfabric:
-                problem(("network_plugin", "libfabric", key),
-                        "missing (required when network_plugin.enabled is true)")
-        if plugin["kind"] == "aws-ofi-rccl" and str(libfabric.get("version", "")).startswith("2."):
-            # libfabric 2.0 dropped container_of from its public headers, which the fork's
-            # sources still use: the build stops with "implicit declaration of function
-            # 'container_of'" (ROCm/aws-ofi-rccl, branch cxi).
-            problem(("network_plugin", "libfabric", "version"),
-                    "aws-ofi-rccl does not compile against libfabric 2.x (it uses "
-                    "container_of, which libfabric 2 no longer defines); use a 1.x release "
-                    "such as 1.22.0, or kind aws-ofi-nccl")
-    if tests.get("enabled") and rocm is not None and not data["gpu_targets"]:
-        problem(("rccl_tests", "enabled"), "needs gpu_targets to list the GPUs to build "
-                "the benchmarks for (hipcc's default target is the build machine's GPU)")
-    tuner = data["rccl_tuner"]
-    if tuner.get("enabled"):
-        if rocm is None:
-            problem(("rccl_tuner", "enabled"), "needs a ROCm release (rocm is null: CPU-only "
-                    "image): the plugin is checked against the image's RCCL")
-        for key in ("url", "sha256"):
-            if key not in tuner:
-                problem(("rccl_tuner", key), "missing (required when rccl_tuner.enabled is "
-                        "true)")
-    engine = data["transformer_engine"]
-    if engine.get("enabled"):
-        if "version" not in engine:
-            problem(("transformer_engine", "version"),
-                    "missing (required when transformer_engine.enabled is true)")
-        for name in ("transformer-engine", "transformer-engine-rocm", "transformer-engine-torch"):
-            if name in data["wheels"]["packages"]:
-                problem(("wheels", "packages", name), "set by transformer_engine.version: "
-                        "leave TransformerEngine's packages out of wheels.packages")
-    # Megatron's stage needs only a compiler, make and the Python headers, which the plan
-    # adds itself (imagebuild.render.layout.SOURCE_BUILD_PACKAGES).
-    builds = [section for section, what in (("hipblaslt", hip), ("network_plugin", plugin))
-              if what.get("enabled")]
-    if builds and not data["build_packages"]:
-        problem((builds[0], "enabled"), "needs build_packages: the OS packages the source "
-                "builds use (compilers, autotools, the ROCm development packages)")
+    sections = _component_rules(data, problem)
     if problems:
         return None
 
-    def source(section: dict[str, Any]) -> GitSource:
-        return GitSource(repository=section.get("repository", ""), ref=section.get("ref", ""))
-
-    libfabric = plugin.get("libfabric") or {}
+    pypi = data["wheels"].get("pypi", [])
     return Recipe(
         name=path.stem,
         path=path,
@@ -491,30 +254,13 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         wheels=Wheels(
             index_url=index_url,
             pinned=tuple(sorted(data["wheels"]["packages"].items())),
-            # Megatron's own requirements are locked like every other wheel.
-            extra=tuple(data["wheels"].get("pypi", [])) + tuple(
-                r for r in megatron["pypi"] if megatron["enabled"]
-                and r not in data["wheels"].get("pypi", [])),
+            # The components' own requirements (Megatron's) are locked like every other wheel.
+            extra=tuple(pypi) + tuple(
+                r for c in components.registered() if c.name in sections
+                and sections[c.name].enabled
+                for r in c.requirements(sections[c.name]) if r not in pypi),
         ),
         gpu_targets=tuple(data["gpu_targets"]),
-        hipblaslt=HipBlasLt(enabled=hip["enabled"], source=source(hip), subdir=hip["subdir"],
-                            clients=hip["clients"], tuning_kit=hip["tuning_kit"],
-                            logic_filter=hip.get("logic_filter"), rocroller=hip["rocroller"]),
-        network_plugin=NetworkPlugin(
-            enabled=plugin["enabled"], kind=plugin["kind"], source=source(plugin),
-            libfabric=Libfabric(version=libfabric.get("version", ""),
-                                url=libfabric.get("url", "").replace(
-                                    "{version}", libfabric.get("version", ""))),
-        ),
-        transformer_engine=TransformerEngine(enabled=engine["enabled"],
-                                             version=str(engine.get("version", ""))),
-        megatron=Megatron(enabled=megatron["enabled"], source=source(megatron),
-                          requirements=tuple(megatron["pypi"])),
-        rccl_tests=RcclTests(enabled=tests["enabled"], source=source(tests)),
-        rccl_tuner=RcclTuner(enabled=tuner["enabled"], url=tuner.get("url", ""),
-                             sha256=tuner.get("sha256", ""), example_dir=tuner["example_dir"],
-                             interface_adapter=tuner["interface_adapter"],
-                             config=tuner.get("config")),
         env=tuple(data["env"].items()),
         labels=tuple(sorted(data["labels"].items())),
         dockerfile_syntax=data["dockerfile"]["syntax"],
@@ -524,109 +270,29 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[Path_, Origin],
         wheel_layout=layout,
         device_extras=extras,
         accept_untested_targets=tuple(data["accept_untested_targets"]),
+        components=sections,
         as_written={k: v for k, v in data.items() if k != "extends"},
     )
 
 
-#: The first ROCm release whose hipBLASLt install.sh takes each build option. ROCm/hipBLASLt
-#: added --logic-yaml-filter (-> Tensile_LOGIC_FILTER) on develop in #1007 (2024-09-25),
-#: after the rocm-6.3 release branch was cut (release/rocm-rel-6.3.0.1 has no such option),
-#: so 6.4 is the first release line with it; the rocm-libraries monorepo's
-#: projects/hipblaslt/install.sh keeps it (-> TENSILELITE_LOGIC_FILTER). --skip_rocroller
-#: (HIPBLASLT_ENABLE_ROCROLLER=OFF) exists from 7.0, when rocRoller joined hipBLASLt; 6.x
-#: builds no rocRoller. install.sh's getopt stops the build on an option it does not know.
-HIPBLASLT_OPTION_SINCE = {"logic_filter": (6, 4), "rocroller": (7, 0)}
-
-
-def _hipblaslt_option_checks(hip: dict[str, Any], rocm: str,
-                             problem: Callable[[Path_, str], None]) -> None:
-    """Refuse a hipBLASLt build option the recipe's release cannot take."""
-    line = rocm_release(rocm)
-    asked = {"logic_filter": hip.get("logic_filter") is not None,
-             "rocroller": hip.get("rocroller") is False}
-    for key, since in HIPBLASLT_OPTION_SINCE.items():
-        if asked[key] and line < since:
-            first = ".".join(map(str, since))
-            what = ("install.sh has no --logic-yaml-filter before it (6.x's -l/--logic, "
-                    "Tensile_LOGIC, picks a whole logic set such as asm_full, not a file "
-                    "filter)" if key == "logic_filter" else
-                    "hipBLASLt builds no rocRoller before it (and its install.sh has no "
-                    "--skip_rocroller)")
-            problem(("hipblaslt", key), f"needs ROCm >= {first}; this recipe is ROCm {rocm}: "
-                    f"{what}. Remove the key")
-
-
-def _wheels_layout(data: dict[str, Any], index_url: str | None
-                   ) -> tuple[WheelLayout, str | None]:
-    """The layout of a ROCm-from-wheels recipe's index, and the index: ``{family}`` in
-    wheels.index_url asks for the legacy per-family layout; otherwise the 7.14 and 10.x
-    lines read their multi-arch index (the recipe's index_url, a mirror of it, or AMD's)."""
-    rocm = data["rocm"] or ""
-    if index_url is not None:
-        return ("per-family" if "{family}" in index_url else "multi-arch"), index_url
-    default = multi_arch_index(rocm)
-    return ("multi-arch", default) if default else ("per-family", None)
-
-
-def _wheels_targets(data: dict[str, Any], layout: WheelLayout,
-                    problem: Callable[[Path_, str], None]) -> tuple[str | None, tuple[str, ...]]:
-    """Checks of a recipe whose ROCm comes from wheels; returns its GPU family index
-    (per-family layout) or the device extras of its targets (multi-arch)."""
-    _wheels_checks(data, problem)
-    _untested_checks(data, "rocm_from: wheels", problem)
-    targets = data["gpu_targets"]
-    try:
-        if layout == "multi-arch":
-            return None, device_extras(targets)
-        return family_of(targets), ()
-    except FamilyError as exc:
-        problem(("gpu_targets",), f"rocm_from: wheels: {exc}")
-        return None, ()
-
-
-def _untested_checks(data: dict[str, Any], where: str,
-                     problem: Callable[[Path_, str], None]) -> None:
-    """gfx90a and the other targets TheRock does not release-test, unless accepted."""
-    targets = data["gpu_targets"]
-    for target in data["accept_untested_targets"]:
-        if target not in targets:
-            problem(("accept_untested_targets",),
-                    f"{target} is not in gpu_targets ({', '.join(targets) or 'none'})")
-    for why in untested(targets, data["accept_untested_targets"]):
-        problem(("gpu_targets",), f"{where}: {why}; to build it anyway, list the target "
-                "under accept_untested_targets")
-
-
-def _wheels_checks(data: dict[str, Any], problem: Callable[[Path_, str], None]) -> None:
-    """What a recipe whose ROCm comes from wheels cannot ask for."""
-    if data["rocm"] is None:
-        problem(("rocm_from",), "wheels needs rocm: the ROCm SDK version the wheels pin")
-    if data["hipblaslt"].get("enabled"):
-        # The libraries wheel ships the libhipblaslt that torch preloads through
-        # rocm_sdk.initialize_process (TheRock docs/packaging/python_packaging.md): a source
-        # build would be a second copy nothing loads, unless it replaced a file inside a
-        # wheel's directory, which `rocm-sdk test` and the wheel's RECORD would disown.
-        problem(("hipblaslt", "enabled"),
-                "must be false with rocm_from: wheels: torch loads the libhipblaslt of the "
-                "rocm-sdk-libraries wheel, so a source build would go unused (`imagebuild "
-                "tune gemm` then tunes with TunableOp alone)")
-    if data["rccl_tests"].get("enabled"):
-        problem(("rccl_tests", "enabled"),
-                "must be false with rocm_from: wheels: the rccl-tests stage compiles with "
-                "the base image's hipcc against its RCCL (rocm_prefix), which such a base "
-                "does not have")
-    if data["rccl_tuner"].get("enabled"):
-        problem(("rccl_tuner", "enabled"),
-                "must be false with rocm_from: wheels: the tuner stage checks the plugin "
-                "against the base image's RCCL (rocm_prefix), which such a base does not have")
-    if data["network_plugin"].get("enabled"):
-        problem(("network_plugin", "enabled"),
-                "must be false with rocm_from: wheels: the plugin stage compiles against "
-                "ROCm in the base image (rocm_prefix), not yet against the SDK's devel "
-                "wheel; use a 7.x recipe for multi-node Slingshot images")
-    if "rocm" in data["wheels"]["packages"]:
-        problem(("wheels", "packages", "rocm"),
-                "leave the selector out: the lock adds rocm[libraries]==<rocm> itself")
+def _component_rules(data: dict[str, Any], problem: Callable[[KeyPath, str], None]
+                     ) -> dict[str, Section]:
+    """Each component's rules over its section when on, then its typed settings: every
+    section that is on, and the first format's sections when off too."""
+    sections: dict[str, Section] = {}
+    builds = []
+    for component in components.registered():
+        section = data[component.name]
+        if section.get("enabled"):
+            component.rules(section, data, problem)
+            if component.needs_build_packages:
+                builds.append(component.name)
+        if section.get("enabled") or component.always_recorded:
+            sections[component.name] = component.read(section, data)
+    if builds and not data["build_packages"]:
+        problem((builds[0], "enabled"), "needs build_packages: the OS packages the source "
+                "builds use (compilers, autotools, the ROCm development packages)")
+    return sections
 
 
 def load_all(project: Path | None = None) -> tuple[list[Recipe], list[RecipeError]]:

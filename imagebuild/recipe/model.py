@@ -6,13 +6,12 @@ stages never re-check grammar. ``imagebuild.recipe.load`` is the only place that
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from imagebuild.files import canonical_digest
 
-PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]
 #: Where ROCm comes from: the base image (AMD's rocm/dev-* images), or Python wheels on a
 #: TheRock PEP 503 index (rocm-sdk-core and the libraries with their device code).
 RocmFrom = Literal["base_image", "wheels"]
@@ -54,82 +53,16 @@ class GitSource:
     ref: str
 
 
-@dataclass(frozen=True)
-class HipBlasLt:
-    enabled: bool
-    source: GitSource
-    #: Subdirectory of the repository holding hipBLASLt (rocm-libraries monorepo layout).
-    subdir: str
-    clients: bool
-    #: Keep hipblaslt-bench, utilities/find_exact.py and the logic YAMLs for offline tuning.
-    tuning_kit: bool
-    #: install.sh --logic-yaml-filter: only the logic files matching this glob get kernels.
-    logic_filter: str | None = None
-    #: False: install.sh --skip_rocroller (HIPBLASLT_ENABLE_ROCROLLER=OFF).
-    rocroller: bool = True
+class Section(Protocol):
+    """A component's recipe section, as its component types it (imagebuild.components)."""
 
+    @property
+    def enabled(self) -> bool: ...
 
-@dataclass(frozen=True)
-class Libfabric:
-    version: str
-    url: str
-
-
-@dataclass(frozen=True)
-class NetworkPlugin:
-    enabled: bool
-    kind: PluginKind
-    source: GitSource
-    libfabric: Libfabric
-
-
-@dataclass(frozen=True)
-class Megatron:
-    """Megatron-LM at a commit (ROCm/Megatron-LM, NVIDIA/Megatron-LM or a fork such as
-    swiss-ai/Megatron-LM) and the PyPI projects it imports, locked with the wheels."""
-
-    enabled: bool
-    source: GitSource
-    requirements: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RcclTests:
-    """ROCm/rccl-tests at a commit: the ``*_perf`` collective benchmarks, built for the
-    recipe's gpu_targets against the image's RCCL."""
-
-    enabled: bool
-    source: GitSource
-
-
-@dataclass(frozen=True)
-class RcclTuner:
-    """RCCL's example tuner plugin from a source archive pinned by sha256, built against
-    the image's RCCL; ``interface_adapter`` adds the v4 interface RCCL 2.27 looks up."""
-
-    enabled: bool
-    url: str = ""
-    sha256: str = ""
-    example_dir: str = "ext-tuner/example"
-    interface_adapter: bool = True
-    #: A tuner configuration file, relative to the project; None: the image sets none.
-    config: str | None = None
-
-
-#: repo.radeon.com's TransformerEngine for ROCm (ROCm/TransformerEngine README, "from ROCm
-#: 7.0 ... manylinux wheels"): the Python package and the common library as wheels, the
-#: PyTorch extension as a source archive compiled against the installed torch.
-TE_WHEELS = ("transformer-engine", "transformer-engine-rocm")
-TE_TORCH_SDIST = "transformer-engine-torch"
-
-
-@dataclass(frozen=True)
-class TransformerEngine:
-    enabled: bool
-    version: str = ""
-
-    def wheel_pins(self) -> tuple[tuple[str, str], ...]:
-        return tuple((name, self.version) for name in TE_WHEELS) if self.enabled else ()
+    def lock_inputs(self) -> dict[str, Any]:
+        """What a lock of the recipe depends on in this section, under the lock-input keys
+        it names (none: the section changes no lock)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -154,8 +87,6 @@ class Recipe:
     python: str
     wheels: Wheels
     gpu_targets: tuple[str, ...]
-    hipblaslt: HipBlasLt
-    network_plugin: NetworkPlugin
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
     #: BuildKit frontend for the ``# syntax=`` line; None means the engine's built-in one
@@ -166,16 +97,17 @@ class Recipe:
     rocm_from: RocmFrom = "base_image"
     #: The family index of gpu_targets (e.g. gfx94X-dcgpu) when ROCm comes from wheels.
     gpu_family: str | None = None
-    megatron: Megatron = Megatron(False, GitSource("", ""))
-    transformer_engine: TransformerEngine = TransformerEngine(False)
-    rccl_tests: RcclTests = RcclTests(False, GitSource("", ""))
-    rccl_tuner: RcclTuner = RcclTuner(False)
     #: ROCm from wheels: the index layout, and on a multi-arch index the extras that select
     #: device code for gpu_targets (device-gfx942, ...).
     wheel_layout: WheelLayout | None = None
     device_extras: tuple[str, ...] = ()
     #: Targets TheRock does not release-test that the recipe accepts (gfx90a).
     accept_untested_targets: tuple[str, ...] = ()
+    #: The components' sections by component name, in the registry's order: each section
+    #: that is on, and the sections of the first recipe format (hipblaslt, network_plugin)
+    #: when off too; a section added to the format later is absent when off, so recipes
+    #: written before it keep their hashes.
+    components: dict[str, Section] = field(default_factory=dict, hash=False)
     #: The merged recipe in the recipe's own keys, defaults filled in (what ``show``
     #: prints: every key of it is one a recipe may write); not part of the input hash.
     as_written: dict[str, Any] = field(default_factory=dict, compare=False, hash=False,
@@ -199,14 +131,10 @@ class Recipe:
         data.pop("path")
         data.pop("sources")
         data.pop("as_written")
+        data.update(data.pop("components"))  # each section under its own key, as written
         data["wheels"]["pinned"] = dict(self.wheels.pinned)
         data["env"] = dict(self.env)
         data["labels"] = dict(self.labels)
-        # Sections added after the first recipes: absent rather than disabled, so recipes
-        # without them keep their input hashes.
-        for key in ("megatron", "transformer_engine", "rccl_tests", "rccl_tuner"):
-            if not getattr(self, key).enabled:
-                data.pop(key)
         for key in ("wheel_layout", "device_extras", "accept_untested_targets"):
             if not data[key]:
                 data.pop(key)
@@ -224,17 +152,10 @@ class Recipe:
             "python": data["python"],
             "rocm": data["rocm"],
             "wheels": data["wheels"],
-            "hipblaslt": data["hipblaslt"]["source"] if self.hipblaslt.enabled else None,
-            "network_plugin": (
-                {"source": data["network_plugin"]["source"],
-                 "libfabric": data["network_plugin"]["libfabric"]}
-                if self.network_plugin.enabled else None
-            ),
-            # Only when set: locks of recipes without these stay valid.
-            **({"megatron": data["megatron"]["source"]} if self.megatron.enabled else {}),
-            **({"rccl_tests": data["rccl_tests"]["source"]} if self.rccl_tests.enabled else {}),
-            **({"transformer_engine": data["transformer_engine"]["version"]}
-               if self.transformer_engine.enabled else {}),
+            # A section absent from the recipe adds nothing: locks of recipes without it
+            # stay valid.
+            **{key: value for section in self.components.values()
+               for key, value in section.lock_inputs().items()},
             **({"rocm_from": "wheels", "gpu_family": self.gpu_family}
                if self.rocm_wheels and not self.multi_arch else {}),
             **({"rocm_from": "wheels", "wheel_layout": "multi-arch",
@@ -243,6 +164,13 @@ class Recipe:
 
     def lock_input_hash(self) -> str:
         return canonical_digest(self.lock_inputs())
+
+    def with_component(self, name: str, section: Section | None) -> Recipe:
+        """The recipe with component ``name``'s section replaced (None: removed)."""
+        components = {key: value for key, value in self.components.items() if key != name}
+        if section is not None:
+            components[name] = section
+        return replace(self, components=components)
 
 
 def _jsonable(value: Any) -> Any:

@@ -17,11 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, overload
 
-import yaml
-
 from imagebuild.errors import Problem, SiteProfileError, SquashError
 from imagebuild.recipe import grammar
-from imagebuild.recipe.load import Origin, check_against_spec, node_to_python
+from imagebuild.recipe.located import KeyPath, NotYaml, Origin, read_mapping
 from imagebuild.recipe.site_launch import (
     ApptainerSettings,
     ContainerSettings,
@@ -30,6 +28,7 @@ from imagebuild.recipe.site_launch import (
     parse_launch_settings,
 )
 from imagebuild.recipe.site_spec import SITE
+from imagebuild.recipe.spec_check import check_against_spec
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -166,29 +165,22 @@ def site_directory(site: SiteProfile, project: Path | None = None) -> Path:
     return Path(str(_shipped_sites()))
 
 
-def _lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
-    """Key path -> 1-based line, from the YAML node tree (for error messages)."""
-    out: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            path = f"{prefix}{key.value}"
-            out[path] = key.start_mark.line + 1
-            out.update(_lines(value, path + "."))
-    return out
-
-
 def parse_site(data: bytes, source: str) -> SiteProfile:
     """Validate a site profile; every problem is reported at once, with its line."""
     problems: list[Problem] = []
+    shape: list[Problem] = []
     try:
-        node = yaml.compose(data.decode())
-        raw = yaml.safe_load(data.decode())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        what = getattr(exc, "problem", None) or str(exc)
-        raise SiteProfileError([Problem(source, mark.line + 1 if mark else None, "",
-                                        f"not valid YAML: {what}")]) from exc
-    lines = _lines(node) if node is not None else {}
+        read = read_mapping(data.decode(), Path(source), shape)
+    except UnicodeDecodeError as exc:
+        raise SiteProfileError([Problem(source, None, "", f"not valid YAML: {exc}")]) from exc
+    except NotYaml as exc:
+        raise SiteProfileError([Problem(source, exc.line, "", f"not valid YAML: {exc.what}")]
+                               ) from exc
+    if read is None:
+        raise SiteProfileError([Problem(source, None, "", "expected a mapping of keys")])
+    raw, origins = read
+    # Dotted keys: a key may hold dots itself (an annotation: com.hooks.cxi.enabled).
+    lines = {".".join(path): origin.line for path, origin in origins.items() if path}
 
     def problem(key: str, message: str) -> None:
         # A missing key has no line: name the line of the section it is missing from.
@@ -197,9 +189,7 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
                      if k in lines), None)
         problems.append(Problem(source, line, key, message))
 
-    if not isinstance(raw, dict):
-        raise SiteProfileError([Problem(source, None, "", "expected a mapping of keys")])
-    shape = _shape_problems(node, source)
+    shape = _shape_problems(raw, origins, shape, source)
     for key in sorted(set(raw) - _TOP_KEYS):
         problem(key, f"unknown key (expected one of {', '.join(sorted(_TOP_KEYS))})")
     edf = raw.get("edf") or {}
@@ -305,12 +295,11 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
     return profile
 
 
-def _shape_problems(node: yaml.Node, source: str) -> list[Problem]:
+def _shape_problems(data: dict[str, Any], origins: dict[KeyPath, Origin],
+                    problems: list[Problem], source: str) -> list[Problem]:
     """Every place the profile departs from the format (``site_spec.SITE``), found by the
-    recipe's validator: duplicate keys, types, grammars, enums, unknown keys."""
-    problems: list[Problem] = []
-    origins: dict[tuple[str, ...], Origin] = {}
-    data = node_to_python(node, Path(source), (), origins, problems)
+    recipe's validator (``problems`` holds the reader's: duplicate and non-string keys):
+    types, grammars, enums, unknown keys."""
     check_against_spec(SITE, data, (), Path(source), origins, problems)
     # The source as given (not made relative): it lands in messages as the caller named it.
     return [Problem(source, p.line, p.key, p.message) for p in problems]

@@ -1,16 +1,16 @@
-"""The recipe format as data: one tree of field specs.
+"""Field specs, the data a file format is described with, and the image's own recipe keys.
 
-The validator (``imagebuild.recipe.load``) walks this tree, and ``json_schema()`` turns the same
-tree into the JSON Schema shipped for editors (schema/recipe.schema.json), so both agree by
-construction; tests/recipe/test_schema.py checks that they also agree in practice. Site
-profiles are described with the same field specs (``imagebuild.recipe.site_spec``).
+A format is one tree of specs: the validator (``imagebuild.recipe.load.check_against_spec``)
+walks it, and ``imagebuild.recipe.schema.to_schema`` turns the same tree into JSON Schema
+for editors, so both agree by construction. The recipe format is ``CORE`` with each component's section
+(``imagebuild.recipe.format``); site profiles (``imagebuild.recipe.site_spec``) and the CI
+configuration are described with the same specs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from imagebuild.recipe import grammar
 from imagebuild.recipe.gpu_targets import unknown_target
@@ -77,7 +77,7 @@ class Obj:
 Spec = Str | Bool | Int | Seq | Table | Obj
 
 
-def _exact_version(value: str) -> str | None:
+def exact_version(value: str) -> str | None:
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -87,7 +87,7 @@ def _exact_version(value: str) -> str | None:
     return None
 
 
-def _requirement(value: str) -> str | None:
+def requirement(value: str) -> str | None:
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
@@ -104,7 +104,12 @@ REPOSITORY = Str("a git repository URL (https://, ssh://, git:// or file://)",
                  grammar.REPOSITORY_URL)
 TEXT = Str("a single line of text", free_text=True)
 
-RECIPE = Obj(
+#: The components' sections (imagebuild.recipe.format) come right before this key: after the
+#: image's own keys, before env, labels and dockerfile.
+SECTIONS_BEFORE = "env"
+
+#: The image's own recipe keys.
+CORE = Obj(
     # Required in the merged recipe (a parent may provide them); `version` in every file.
     required=("version", "rocm", "base_image", "wheels"),
     description="An imagebuild recipe: one ROCm PyTorch image.",
@@ -146,9 +151,9 @@ RECIPE = Obj(
                             grammar.PROJECT_NAME),
                     value=Str("an exact version with its local part, like "
                               "2.8.0+rocm7.0.2.lw.git245bf6ed", grammar.VERSION_TEXT,
-                              check=_exact_version),
+                              check=exact_version),
                 ),
-                "pypi": Seq(Str("a PEP 508 requirement like numpy<2", check=_requirement)),
+                "pypi": Seq(Str("a PEP 508 requirement like numpy<2", check=requirement)),
             },
         ),
         "gpu_targets": Seq(Str("an AMD GPU target like gfx942 (never 'all')",
@@ -157,82 +162,6 @@ RECIPE = Obj(
             "a GPU target TheRock builds but does not release-test, accepted for this "
             "recipe's ROCm-from-wheels line (gfx90a)", grammar.GFX_TARGET,
             explain=unknown_target)),
-        "hipblaslt": Obj(fields={
-            "enabled": Bool(),
-            "repository": REPOSITORY,
-            "ref": GIT_REF,
-            "subdir": Str("a relative directory inside the repository", grammar.SUBDIR),
-            "clients": Bool(),
-            "tuning_kit": Bool(),
-            "logic_filter": Str(
-                "a logic-file glob relative to hipBLASLt's Logic directory, like gfx942/*/* "
-                "(install.sh --logic-yaml-filter; ROCm >= 6.4): kernels for the logic files it "
-                "leaves out are not built", grammar.LOGIC_FILTER),
-            "rocroller": Bool(),
-        }),
-        "network_plugin": Obj(fields={
-            "enabled": Bool(),
-            "kind": Str("aws-ofi-nccl or aws-ofi-rccl", enum=("aws-ofi-nccl", "aws-ofi-rccl")),
-            "repository": REPOSITORY,
-            "ref": GIT_REF,
-            "libfabric": Obj(fields={
-                "version": Str("a libfabric release like 2.1.0", grammar.VERSION_TEXT),
-                "url": Str("an http(s):// URL of the release tarball; {version} is replaced",
-                           grammar.ARCHIVE_URL),
-            }),
-        }),
-        "megatron": Obj(
-            description="Megatron-LM, the training framework, from a repository pinned by "
-                        "commit: installed at /opt/megatron-lm (MEGATRON_LM_DIR, on the venv's "
-                        "import path) with its dataset helpers compiled at build time",
-            fields={
-                "enabled": Bool(),
-                "repository": REPOSITORY,
-                "ref": GIT_REF,
-                "pypi": Seq(Str("a PEP 508 requirement Megatron-LM imports, like einops",
-                                check=_requirement)),
-            }),
-        "rccl_tests": Obj(
-            description="ROCm/rccl-tests, the collective benchmarks (all_reduce_perf and the "
-                        "other *_perf), from a repository pinned by commit: built for "
-                        "gpu_targets against the image's RCCL into /opt/rccl-tests/bin",
-            fields={
-                "enabled": Bool(),
-                "repository": REPOSITORY,
-                "ref": GIT_REF,
-            }),
-        "rccl_tuner": Obj(
-            description="RCCL's example tuner plugin (ext-tuner/example: a CSV of algorithm, "
-                        "protocol and channels per collective and size range), from a source "
-                        "archive pinned by sha256: built against the image's RCCL into "
-                        "/opt/rccl-tuner, checked to export a tuner interface that RCCL looks "
-                        "up, and named by NCCL_TUNER_PLUGIN",
-            fields={
-                "enabled": Bool(),
-                "url": Str("an http(s):// URL of a source archive with one top-level "
-                           "directory", grammar.ARCHIVE_URL),
-                "sha256": Str("the archive's sha256, 64 lowercase hex digits", grammar.SHA256),
-                "example_dir": Str("the example's directory in the archive, below its "
-                                   "top-level directory, like ext-tuner/example",
-                                   grammar.SUBDIR),
-                "interface_adapter": Bool("true or false: also export ncclTunerPlugin_v4 "
-                                          "(RCCL 2.27's interface) from the example's v5 "
-                                          "functions"),
-                "config": Str("a tuner configuration in the project, like "
-                              "tuning/nccl_tuner.conf (`imagebuild tune rccl "
-                              "--sweep-results` writes one): copied into the image, which "
-                              "sets NCCL_TUNER_CONFIG_FILE to it", grammar.SUBDIR,
-                              nullable=True),
-            }),
-        "transformer_engine": Obj(
-            description="TransformerEngine for ROCm from the wheel index: the transformer_engine "
-                        "and transformer_engine_rocm wheels, and the transformer_engine_torch "
-                        "source archive, built in the image against its torch for gpu_targets",
-            fields={
-                "enabled": Bool(),
-                "version": Str("a TransformerEngine release on the index, like 2.2.0",
-                               grammar.VERSION_TEXT, check=_exact_version),
-            }),
         "env": Table(key=Str("an environment variable name, not one the image sets itself "
                              f"({', '.join(grammar.RESERVED_ENV)})", grammar.ENV_KEY),
                      value=Str("a single line of text without ${ (enroot and the Container "
@@ -249,77 +178,3 @@ RECIPE = Obj(
         }),
     },
 )
-
-
-def lookup(path: tuple[str, ...]) -> Spec | None:
-    """The spec at a key path (Table keys are free), or None for an unknown path."""
-    spec: Spec = RECIPE
-    for key in path:
-        if isinstance(spec, Obj):
-            if key not in spec.fields:
-                return None
-            spec = spec.fields[key]
-        elif isinstance(spec, Table):
-            spec = spec.value
-        elif isinstance(spec, Seq):
-            spec = spec.item
-        else:
-            return None
-    return spec
-
-
-def json_schema() -> dict[str, Any]:
-    """The recipe format as JSON Schema (draft 2020-12) for editors and linters."""
-    schema = to_schema(RECIPE)
-    # One file is validated alone; the other required keys may come from a parent.
-    schema["required"] = ["version"]
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://imagebuild.dev/schema/recipe.schema.json",
-        "title": "imagebuild recipe",
-        **schema,
-    }
-
-
-def to_schema(spec: Spec) -> dict[str, Any]:
-    out = _to_schema_not_null(spec)
-    if getattr(spec, "nullable", False) and not isinstance(spec, Str):
-        out = {"anyOf": [out, {"type": "null"}]}
-    return out
-
-
-def _to_schema_not_null(spec: Spec) -> dict[str, Any]:
-    if isinstance(spec, Str):
-        out: dict[str, Any] = {"type": ["string", "null"] if spec.nullable else "string",
-                               "description": spec.expected}
-        if spec.enum:
-            out["enum"] = list(spec.enum) + ([None] if spec.nullable else [])
-        patterns = ([spec.pattern] if spec.pattern else []) + (
-            list(grammar.SAFE_TEXT_PATTERNS) if spec.free_text else [])
-        if len(patterns) == 1:
-            out["pattern"] = patterns[0]
-        elif patterns:
-            out["allOf"] = [{"pattern": p} for p in patterns]
-        return out
-    if isinstance(spec, Bool):
-        return {"type": "boolean"}
-    if isinstance(spec, Int):
-        out = {"type": "integer", "description": spec.expected}
-        if spec.enum:
-            out["enum"] = list(spec.enum)
-        if spec.minimum is not None:
-            out["minimum"] = spec.minimum
-        return out
-    if isinstance(spec, Seq):
-        return {"type": "array", "items": to_schema(spec.item), "uniqueItems": True}
-    if isinstance(spec, Table):
-        value = to_schema(spec.value)
-        # A child recipe removes an inherited entry by setting it to null.
-        value = {"anyOf": [value, {"type": "null"}]}
-        return {"type": "object", "propertyNames": {"pattern": spec.key.pattern},
-                "additionalProperties": value}
-    out = {"type": "object", "additionalProperties": False,
-           "properties": {k: to_schema(v) for k, v in spec.fields.items()}}
-    if spec.description:
-        out["description"] = spec.description
-    return out

@@ -1,5 +1,6 @@
-"""A plan -> the build context: the Dockerfile and every file it COPYs (the wheels-only lock,
-the manifest, the in-image checks and the ``imagebuild`` shim), staged in a directory."""
+"""A plan -> the build context: the Dockerfile and every file it COPYs or mounts (the
+wheels-only lock, the manifest, the in-image checks, the ``imagebuild`` shim, and each
+enabled component's files and build-time scripts), staged in a directory."""
 
 from __future__ import annotations
 
@@ -13,28 +14,21 @@ from typing import Any
 import tomli_w
 
 from imagebuild import __version__
-from imagebuild.errors import LockError, RenderError
-from imagebuild.lock.check import display
+from imagebuild.errors import LockError, RenderError, short_path
 from imagebuild.lock.model import Lock
-from imagebuild.render.dockerfile import TEMPLATES, render_dockerfile
+from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.layout import (
     CHECKS_IMPORT_NAME,
     CHECKS_SOURCE,
     DEVICE_CODE_CHECK,
-    HIPBLASLT_PREFIX,
-    LIBFABRIC_PREFIX,
+    FETCH_UV,
+    SCRIPT_HELPERS,
+    SCRIPTS,
     SELECTOR_FILE,
     SHIM_COMMAND,
-    UV_VERSION,
-    UV_WHEELS,
-    VENV,
 )
-from imagebuild.render.plan import (
-    TUNER_CONFIG_CONTEXT,
-    BuildPlan,
-    device_code_diet,
-    plugin_prefix,
-)
+from imagebuild.render.manifest import manifest
+from imagebuild.render.plan import BuildPlan, device_code_diet
 
 #: File in a staged context directory that marks it as ours (safe to clear and restage).
 CONTEXT_MARKER = ".imagebuild-context"
@@ -75,33 +69,23 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
         "Dockerfile": dockerfile,
         "pylock.toml": python_lock(lock),
         "manifest.json": json.dumps(manifest(plan), indent=2) + "\n",
-        "fetch-uv.py": (TEMPLATES / "fetch-uv.py").read_text(),
         "bin/imagebuild": _shim(),
     }
+    scripts = {FETCH_UV: SCRIPTS / FETCH_UV}
     if lock.selector is not None:
         files[SELECTOR_FILE] = selector_requirement(lock)
     if device_code_diet(recipe):
-        files[DEVICE_CODE_CHECK] = (TEMPLATES / DEVICE_CODE_CHECK).read_text()
-    if plan.plugin is not None:
-        files["network-plugin-check.py"] = (TEMPLATES / "network-plugin-check.py").read_text()
-    if plan.hipblaslt is not None:
-        files["hipblaslt-tuning-kit.sh"] = (TEMPLATES / "hipblaslt-tuning-kit.sh").read_text()
-        files[plan.hipblaslt.check] = (TEMPLATES / plan.hipblaslt.check).read_text()
-        if plan.hipblaslt.clients:
-            files[plan.hipblaslt.cblas_config] = \
-                (TEMPLATES / plan.hipblaslt.cblas_config).read_text()
-    # Each stage's build-time check script, bind-mounted into the step that runs it.
-    for stage in (plan.megatron, plan.rccl_tests, plan.transformer_engine):
-        if stage is not None:
-            files[stage.check] = (TEMPLATES / stage.check).read_text()
-    if plan.rccl_tuner is not None:
-        for name in plan.rccl_tuner.sources:
-            files[name] = (TEMPLATES / name).read_text()
-        if plan.rccl_tuner.config_source is not None:
-            files[TUNER_CONFIG_CONTEXT] = plan.rccl_tuner.config_source.read_text()
+        scripts[DEVICE_CODE_CHECK] = SCRIPTS / DEVICE_CODE_CHECK
+    # Each component's files and build-time scripts, bind-mounted into the steps that use them.
+    for part in plan.parts.values():
+        files.update(part.files)
+        scripts.update(part.scripts)
+    for name, source in scripts.items():
+        files.update(staged_script(name, source))
     for name, text in files.items():
         path = dest_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o755)
         path.write_text(text, encoding="utf-8")
         path.chmod(0o755 if name.startswith("bin/") else 0o644)
     copy_checks(dest_dir / "checks", checks)
@@ -110,6 +94,15 @@ def build_context(plan: BuildPlan, dest_dir: Path, checks_source: Path | None = 
     staged = sorted(str(p.relative_to(dest_dir)) for p in dest_dir.rglob("*")
                     if p.is_file() and p.name != CONTEXT_MARKER)
     return BuildContext(dest_dir, dest_dir / "Dockerfile", tuple(staged))
+
+
+def staged_script(name: str, source: Path) -> dict[str, str]:
+    """A build-time script as the context stages it: a directory ``name`` that Python runs
+    (its ``__main__.py``, the script), with the helpers the scripts share beside it; the
+    step that runs it bind-mounts the directory and runs ``python3 /tmp/imagebuild/<name>``
+    (imagebuild/render/scripts/buildtime.py says why)."""
+    return {f"{name}/__main__.py": source.read_text(encoding="utf-8"),
+            f"{name}/{SCRIPT_HELPERS.name}": SCRIPT_HELPERS.read_text(encoding="utf-8")}
 
 
 def copy_checks(directory: Path, source: Path = CHECKS_SOURCE) -> Path:
@@ -177,127 +170,8 @@ def python_lock(lock: Lock) -> str:
         "requires-python": f"=={lock.python}.*",
         "packages": packages,
     }
-    return (f"# The wheels of {display(lock.path)}, staged by imagebuild for the python "
+    return (f"# The wheels of {short_path(lock.path)}, staged by imagebuild for the python "
             "stage.\n" + tomli_w.dumps(document))
-
-
-def manifest(plan: BuildPlan) -> dict[str, Any]:
-    """What /opt/imagebuild/manifest.json records: every pinned version and commit.
-
-    Keys read by the in-image checks (imagebuild/inimage/image_manifest.py): recipe,
-    input_hash, rocm_version, python_version, wheels, gpu_targets, hipblaslt{enabled,
-    commit, bench}, network_plugin{enabled, kind, library}. No timestamps: the same inputs
-    give the same bytes (and the same layer).
-    """
-    recipe, lock = plan.recipe, plan.lock
-    if lock is None:
-        raise LockError(f"{recipe.name}: not locked; a manifest records locked pins only")
-    plugin = recipe.network_plugin
-    hip = recipe.hipblaslt
-    data: dict[str, Any] = {
-        "schema": 1,
-        "generator": f"imagebuild {__version__}",
-        "recipe": recipe.name,
-        "input_hash": recipe.input_hash(),
-        "lock": {"file": display(lock.path), "sha256": lock.file_hash(),
-                 "input_hash": lock.input_hash},
-        "rocm_version": recipe.rocm,
-        "python_version": recipe.python,
-        "base_image": {"reference": recipe.base_image, "digest": lock.base_digest,
-                       "pinned": lock.base_image_pinned},
-        "gpu_targets": list(recipe.gpu_targets),
-        "venv": VENV,
-        "wheels": {w.name: w.version for w in lock.wheels},
-        "wheel_files": [{"name": w.name, "version": w.version, "url": w.url,
-                         "sha256": w.sha256, "size": w.size} for w in lock.wheels],
-        "tools": {"uv": {"version": UV_VERSION, "path": "/usr/local/bin/uv",
-                         "wheels": {arch: {"url": url, "sha256": sha}
-                                    for arch, url, sha in UV_WHEELS}}},
-        "hipblaslt": {"enabled": hip.enabled},
-        "network_plugin": {"enabled": plugin.enabled},
-        "megatron": {"enabled": recipe.megatron.enabled},
-        "transformer_engine": {"enabled": recipe.transformer_engine.enabled},
-        "rccl_tests": {"enabled": recipe.rccl_tests.enabled},
-        **({"rccl_tuner": {"enabled": True}} if recipe.rccl_tuner.enabled else {}),
-        "rocm_from": recipe.rocm_from,
-    }
-    engine = plan.transformer_engine
-    if engine is not None:
-        # "torch_extension" (the built files and what they link) is added by the final
-        # stage's check.
-        data["transformer_engine"].update({
-            "version": engine.version, "gpu_targets": engine.targets.split(";") if engine.targets
-            else [], "torch_extension_source": {"url": engine.sdist_url,
-                                                "sha256": engine.sdist_sha256}})
-    if plan.megatron is not None and lock.megatron:
-        # "dir", "version" and "dataset_helpers" are added by the final stage's check.
-        data["megatron"].update({
-            "repository": lock.megatron.repository, "ref": lock.megatron.ref,
-            "commit": lock.megatron.commit, "pretrain_gpt": f"{plan.megatron.prefix}/pretrain_gpt.py",
-        })
-    if plan.rccl_tests is not None and lock.rccl_tests:
-        tests = plan.rccl_tests
-        data["rccl_tests"].update({
-            "repository": lock.rccl_tests.repository, "ref": lock.rccl_tests.ref,
-            "commit": lock.rccl_tests.commit, "gpu_targets": list(tests.targets),
-            "bin": tests.bin_dir, "binaries": [f"{tests.bin_dir}/{name}" for name in tests.binaries],
-        })
-    if plan.rccl_tuner is not None:
-        # "interface" (what RCCL looks up, what the tuner exports) is added by the final
-        # stage's check.
-        tuner = plan.rccl_tuner
-        data["rccl_tuner"].update({
-            "source": {"url": tuner.url, "sha256": tuner.sha256},
-            "interface_adapter": tuner.interface_adapter, "library": tuner.library,
-            "probe": tuner.probe, "config": tuner.config})
-    if lock.selector is not None:
-        data["rocm_wheels"] = {
-            "gpu_family": recipe.gpu_family, "index": recipe.wheels.index_url,
-            **({"device_extras": list(recipe.device_extras)} if recipe.multi_arch else {}),
-            "selector": {"name": lock.selector.name, "version": lock.selector.version,
-                         "url": lock.selector.url, "sha256": lock.selector.sha256}}
-    if hip.enabled and lock.hipblaslt:
-        data["hipblaslt"].update({
-            "repository": lock.hipblaslt.repository, "ref": lock.hipblaslt.ref,
-            "commit": lock.hipblaslt.commit, "subdir": hip.subdir,
-            "gpu_targets": list(recipe.gpu_targets), "clients": hip.clients,
-            "prefix": HIPBLASLT_PREFIX, "library": f"{HIPBLASLT_PREFIX}/lib",
-            "bench": f"{HIPBLASLT_PREFIX}/bin/hipblaslt-bench" if hip.clients else None,
-            "tuning_kit": _tuning_kit_paths() if hip.tuning_kit and hip.clients else None,
-        })
-    if plan.hipblaslt is not None and lock.hipblaslt:
-        # Which library torch loads, decided from its wheel; "loaded" (the files torch maps
-        # and the bench links, proved one) is filled in by the final stage's check.
-        data["hipblaslt"].update({
-            "torch": {"version": plan.hipblaslt.torch_version,
-                      "links": plan.hipblaslt.torch_links,
-                      "replaced_in": plan.hipblaslt.replaces},
-            "loaded": None,
-        })
-    if plugin.enabled and lock.network_plugin and lock.libfabric:
-        prefix = plugin_prefix(recipe)
-        data["network_plugin"].update({
-            "kind": plugin.kind, "repository": lock.network_plugin.repository,
-            "ref": lock.network_plugin.ref, "commit": lock.network_plugin.commit,
-            "prefix": prefix, "library": f"{prefix}/lib/librccl-net.so",
-            "libfabric": {"version": plugin.libfabric.version, "url": lock.libfabric.url,
-                          "sha256": lock.libfabric.sha256, "prefix": LIBFABRIC_PREFIX},
-        })
-        if plan.plugin is not None:
-            target = plan.plugin.libfabric_target
-            data["network_plugin"]["loads_with"] = {
-                "oldest_libfabric": target.oldest_release, "from": target.oldest_from,
-                "max_symbol_version": target.max_abi, "sites": list(recipe.sites)}
-            # Filled in by the final stage from what the plugin stage read from the ELF.
-            data["network_plugin"]["elf"] = None
-    return data
-
-
-def _tuning_kit_paths() -> dict[str, str]:
-    kit = f"{HIPBLASLT_PREFIX}/tuning"
-    return {"root": kit, "find_exact": f"{kit}/utilities/find_exact.py",
-            "build_dir": f"{kit}/build/release",
-            "usage": f"python {kit}/utilities/find_exact.py CONFIG.yaml {kit}/build/release OUT"}
 
 
 def _shim() -> str:

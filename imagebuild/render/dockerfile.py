@@ -5,19 +5,15 @@ never from a second renderer. Stages, in order:
 
     base       FROM the base image pinned by digest (tag when unlocked); nothing else
     toolchain  base + compilers, autotools, ROCm development packages (build stages only)
-    hipblaslt  toolchain + hipBLASLt from source at the locked commit, recipe GPU targets
-    plugin     toolchain + libfabric (locked archive, sha256) + aws-ofi-nccl / aws-ofi-rccl
-    rccl-tests toolchain + ROCm/rccl-tests' *_perf benchmarks at the locked commit, built with
-               hipcc for the recipe's GPU targets against the image's RCCL
-    rccl-tuner toolchain + RCCL's example tuner plugin (archive, sha256), checked against the
-               tuner interfaces the image's RCCL looks up
+    <component stages>  each enabled component's own (its folder's stage.j2), in the
+               registry's order (imagebuild.components)
     python     base + uv (pinned wheel, sha256) + /opt/venv from the lock, hashes required
-    megatron   toolchain + Megatron-LM at the locked commit, dataset helpers compiled against
-               the venv (mounted from python)
-    transformer-engine  toolchain + TransformerEngine's PyTorch extension built from its
-               locked source archive against the venv, for the recipe's GPU targets
+    <component stages on the venv>  those that mount the venv
     final      base + runtime OS packages + COPY --from the stages above + manifest, checks,
                ENV, LABEL (the volatile, cheap steps last)
+
+The python and final stages are core templates with places where each enabled component's
+steps go (imagebuild.render.stages).
 
 Each stage only sees the recipe values it needs, so BuildKit rebuilds only what a change
 touches; tests/render/test_cache.py proves it over the rendered stage graph. Recipe values
@@ -34,10 +30,11 @@ from typing import Any
 
 import jinja2
 
+from imagebuild import components
+from imagebuild.errors import short_path
 from imagebuild.generated import GeneratedFile, Input, header
-from imagebuild.lock.check import display
 from imagebuild.lock.lockfile import lock_path
-from imagebuild.recipe.load import project_dir
+from imagebuild.project import project_dir
 from imagebuild.recipe.model import Recipe
 from imagebuild.recipe.rocm_layout import PACKAGED_PREFIX
 from imagebuild.render.layout import (
@@ -53,58 +50,19 @@ from imagebuild.render.layout import (
     UV_WHEELS,
     VENV,
 )
-from imagebuild.render.plan import (
-    TUNER_CONFIG_CONTEXT,
-    TUNER_CONFIG_ENV,
-    TUNER_PLUGIN_ENV,
-    BuildPlan,
-    device_code_diet,
-)
+from imagebuild.render.plan import BuildPlan, device_code_diet
 from imagebuild.render.quoting import APT_CA_OFF, APT_CA_ON, ca_env, dockerfile_quote, shell_quote
+from imagebuild.render.stages import slot_steps, stage_lines, stage_plan, stage_templates
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def render_dockerfile(plan: BuildPlan) -> str:
     """The Dockerfile of ``plan``; an unlocked plan renders for review only."""
-    text = _environment().get_template("Dockerfile.j2").render(**_template_context(plan))
-    return _tidy(text)
-
-
-def stage_plan(recipe: Recipe) -> list[tuple[str, str, str]]:
-    """(stage, what it holds, the inputs whose change rebuilds it), in Dockerfile order.
-
-    The same facts tests/render/test_cache.py proves over the rendered stage graph.
-    """
-    plan = [("base", "FROM the pinned base image, nothing added", "base image digest")]
-    if (recipe.hipblaslt.enabled or recipe.network_plugin.enabled or recipe.megatron.enabled
-            or recipe.transformer_engine.enabled or recipe.rccl_tests.enabled
-            or recipe.rccl_tuner.enabled):
-        plan.append(("toolchain", "base + compilers, ROCm development packages",
-                     "base image"))
-    if recipe.hipblaslt.enabled:
-        plan.append(("hipblaslt", "toolchain + hipBLASLt build + tuning kit",
-                     "hipBLASLt repository/commit, GPU targets (source layer: commit only)"))
-    if recipe.network_plugin.enabled:
-        plan.append(("plugin", f"toolchain + libfabric + {recipe.network_plugin.kind}",
-                     "libfabric archive, plugin repository/commit"))
-    if recipe.rccl_tests.enabled:
-        plan.append(("rccl-tests", "toolchain + rccl-tests' *_perf benchmarks",
-                     "rccl-tests repository/commit, GPU targets"))
-    if recipe.rccl_tuner.enabled:
-        plan.append(("rccl-tuner", "toolchain + RCCL's example tuner plugin and its probe",
-                     "tuner archive (url, sha256), interface adapter"))
-    plan.append(("python", "base + uv + /opt/venv from the lock",
-                 "wheel pins (the lock's wheels), Python version"))
-    if recipe.transformer_engine.enabled:
-        plan.append(("transformer-engine", "toolchain + TransformerEngine's torch extension",
-                     "its locked source archive, the venv, GPU targets"))
-    if recipe.megatron.enabled:
-        plan.append(("megatron", "toolchain + Megatron-LM, dataset helpers compiled",
-                     "Megatron repository/commit, the venv"))
-    plan.append(("final", "base + runtime packages + the stages' installs",
-                 "os_packages, env, labels; re-copies any rebuilt stage"))
-    return plan
+    env = _environment()
+    context = _template_context(plan)
+    context["slots"] = slot_steps(env, plan, context)
+    return _tidy(env.get_template("Dockerfile.j2").render(**context))
 
 
 def dockerfile_path(recipe: Recipe, project: Path | None = None) -> Path:
@@ -121,8 +79,13 @@ def generated_dockerfile(plan: BuildPlan, project: Path | None = None, *,
 
 
 def _environment() -> jinja2.Environment:
+    """Core templates by name; a component's as ``<component>/<template>``, from its folder."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.ChoiceLoader([
+            jinja2.FileSystemLoader(str(TEMPLATES)),
+            jinja2.PrefixLoader({c.name: jinja2.FileSystemLoader(str(c.folder))
+                                 for c in components.registered()}),
+        ]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         trim_blocks=True,
@@ -140,24 +103,15 @@ def _tidy(text: str) -> str:
     return text.rstrip("\n") + "\n"
 
 
-def _stage_lines(plan: list[tuple[str, str, str]]) -> list[str]:
-    name_width = max(len(name) for name, _, _ in plan)
-    what_width = max(len(what) for _, what, _ in plan)
-    lines = [f"{'stage'.ljust(name_width)}  {'holds'.ljust(what_width)}  rebuilds when"]
-    lines += [f"{name.ljust(name_width)}  {what.ljust(what_width)}  {inputs}"
-              for name, what, inputs in plan]
-    return [line.rstrip() for line in lines]
-
-
 def _template_context(plan: BuildPlan) -> dict[str, Any]:
     recipe, lock = plan.recipe, plan.lock
-    inputs = [Input(display(recipe.path), recipe.input_hash(),
-                    note="extends " + ", ".join(display(p) for p in recipe.sources[1:])
+    inputs = [Input(short_path(recipe.path), recipe.input_hash(),
+                    note="extends " + ", ".join(short_path(p) for p in recipe.sources[1:])
                     if len(recipe.sources) > 1 else "")]
     if lock is not None:
-        inputs.append(Input(display(lock.path), lock.file_hash()))
+        inputs.append(Input(short_path(lock.path), lock.file_hash()))
     else:
-        inputs.append(Input(display(lock_path(recipe)), "UNLOCKED"))
+        inputs.append(Input(short_path(lock_path(recipe)), "UNLOCKED"))
     uv_lines = []
     for arch, url, sha in UV_WHEELS:
         uv_lines += [f"{arch} {shell_quote(url)} \\", f"{sha} \\"]
@@ -167,7 +121,7 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "locked": plan.locked,
         "recipe_name": recipe.name,
         "rocm": recipe.rocm,
-        "stage_lines": _stage_lines(stage_plan(recipe)),
+        "stage_lines": stage_lines(stage_plan(plan)),
         "base_ref": lock.base_image_pinned if lock else recipe.base_image,
         "scope": plan.cache_scope,
         # Each fetching step points its tools at the site CA: uv and Python's urllib read
@@ -179,17 +133,10 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
                          "REQUESTS_CA_BUNDLE"),
         "apt_ca_on": APT_CA_ON,
         "apt_ca_off": APT_CA_OFF,
-        "builds": plan.builds_from_source,
+        "stages": stage_templates(plan),
         "build_packages": list(plan.build_packages),
-        "hipblaslt": plan.hipblaslt,
-        "plugin": plan.plugin,
-        "megatron": plan.megatron,
-        "transformer_engine": plan.transformer_engine,
-        "rccl_tests": plan.rccl_tests,
-        "rccl_tuner": plan.rccl_tuner,
-        "tuner_plugin_env": TUNER_PLUGIN_ENV,
-        "tuner_config_env": TUNER_CONFIG_ENV,
-        "tuner_config_context": TUNER_CONFIG_CONTEXT,
+        # Each enabled component's plan, under its name, for its own templates.
+        **{name: part.values for name, part in plan.parts.items()},
         "added_packages": list(plan.added_packages),
         "python": recipe.python,
         "device_code": {
@@ -209,13 +156,14 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
         "rocm_path": recipe.rocm_prefix if recipe.rocm and not recipe.rocm_wheels
         and recipe.rocm_prefix not in (PACKAGED_PREFIX, "/usr") else None,
         # Directories the final image's PATH gets after the base image's own.
-        "path_after": [*([plan.rccl_tests.bin_dir] if plan.rccl_tests else []),
-                       *([f"{plan.rccl_tuner.prefix}/bin"] if plan.rccl_tuner else [])],
+        "path_after": [d for part in plan.in_final_order() for d in part.path],
         "uv_version": UV_VERSION,
         "uv_lines": uv_lines,
         "runtime_packages": list(plan.runtime_packages),
         "linked_files": list(plan.linked_files),
         "library_path": ":".join(plan.library_path),
+        "loader_dirs": [d for part in plan.in_final_order() for d in part.loader_dirs],
+        "component_env": [v for part in plan.in_final_order() for v in part.env],
         "env": list(recipe.env),
         "labels": list(plan.labels),
         "checks_dir": IMAGE_CHECKS_DIR,

@@ -1,4 +1,5 @@
-"""Where things live inside an image, and the pinned inputs that are not recipe values.
+"""Where imagebuild's own things live inside an image, and the pinned inputs that are not
+recipe values. (Each component keeps its own paths in its folder, imagebuild.components.)
 
 Change a path here and every stage, the manifest, the EDF and the in-image checks follow.
 """
@@ -17,9 +18,6 @@ CHECKS_IMPORT_NAME = "imagebuild_checks"
 IMAGE_ROOT = "/opt/imagebuild"
 IMAGE_CHECKS_DIR = f"{IMAGE_ROOT}/checks"
 IMAGE_MANIFEST = f"{IMAGE_ROOT}/manifest.json"
-#: The network plugin stage's measurements (ELF symbol versions, RUNPATH), merged into the
-#: manifest by the final stage.
-PLUGIN_RECORD = f"{IMAGE_ROOT}/network-plugin.json"
 #: `imagebuild` inside the image: the checks with the image's own Python, so
 #: `imagebuild validate ...` works in the image with only torch installed.
 SHIM_PATH = "/usr/local/bin/imagebuild"
@@ -42,48 +40,22 @@ UV_WHEELS: tuple[tuple[str, str, str], ...] = (
      "5435c5ce14a56431208ca0996416d310f1598e8c2c8ba707688985a16bb82dbe"),
 )
 
-#: Shared libraries the plugin links besides libfabric (aws-ofi-nccl requires hwloc).
-PLUGIN_RUNTIME_PACKAGES = ("libhwloc15",)
-#: Runtime libraries of hipBLASLt's clients (gfortran, and the system LAPACK/BLAS their CPU
-#: reference links: the build packages' liblapack-dev/libblas-dev replace what install.sh -d
-#: would build into /usr/local).
-HIPBLASLT_CLIENT_RUNTIME_PACKAGES = ("libgfortran5", "liblapack3", "libblas3")
-
 #: Environment variables the final stage sets itself; a recipe may not override them.
 RESERVED_ENV = grammar.RESERVED_ENV
 #: Label prefix imagebuild owns.
 LABEL_NAMESPACE = "imagebuild."
 
 VENV = "/opt/venv"
-#: Megatron-LM's checkout in the image (the ReFrame check's MEGATRON_LM_DIR).
-MEGATRON_PREFIX = "/opt/megatron-lm"
-#: What the Megatron, TransformerEngine and rccl-tests stages need beyond the recipe's
-#: build_packages: git fetches the sources (rccl-tests also names the revision in its
-#: binaries), make and g++ build them (Megatron's dataset helpers are a pybind11 extension
-#: built by megatron/core/datasets/Makefile; hipcc's clang compiles rccl-tests' host code
-#: against the C++ standard library g++ brings).
-SOURCE_BUILD_PACKAGES = ("g++", "make", "git", "ca-certificates")
-#: At run time Megatron's rank 0 runs that Makefile again (megatron.core.datasets.utils.
-#: compile_helpers): make, and python3-config for the extension suffix, must be there for
-#: it to find the built helpers up to date instead of failing to compile them.
-MEGATRON_RUNTIME_PACKAGES = ("make",)
-HIPBLASLT_PREFIX = "/opt/hipblaslt"
-#: rccl-tests' install tree; its benchmarks are in bin/.
-RCCL_TESTS_PREFIX = "/opt/rccl-tests"
-#: The benchmarks rccl-tests' src/Makefile builds (BIN_FILES_LIST), each as <name>_perf.
-RCCL_TESTS_COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce",
-                          "alltoall", "scatter", "gather", "sendrecv", "alltoallv")
-#: The tuner plugin's install tree: lib/ the plugin, bin/ its probe, the check's record.
-RCCL_TUNER_PREFIX = "/opt/rccl-tuner"
-#: What the tuner stage needs beyond the recipe's build_packages: curl fetches the archive,
-#: gcc compiles the plugin and the probe (plain C), readelf and python3 run its check.
-RCCL_TUNER_BUILD_PACKAGES = ("gcc", "libc6-dev", "curl", "ca-certificates", "binutils",
-                             "python3")
-LIBFABRIC_PREFIX = "/opt/libfabric"
 SITE_CA = "/run/secrets/site-ca"
 
 #: The ROCm selector sdist as a hashed requirement, for the python stage (ROCm from wheels).
 SELECTOR_FILE = "selector.txt"
+#: The scripts the build runs that are not a component's: uv's fetcher (python stage) and
+#: the final stage's device-code diet of packaged-ROCm images.
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+FETCH_UV = "fetch-uv.py"
+#: What every build-time script imports, staged beside each (imagebuild.render.context).
+SCRIPT_HELPERS = SCRIPTS / "buildtime.py"
 #: The final stage's device-code diet of packaged-ROCm images, and what it writes.
 DEVICE_CODE_CHECK = "device-code-check.py"
 DEVICE_CODE_REPORT = "/opt/imagebuild/device-code.json"

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from imagebuild.build.image import BuildOptions, BuiltImage, ImageJob, build_and_squash
 from imagebuild.build.prepare import PreparedBuild
+from imagebuild.components.hipblaslt import component as hipblaslt
 from imagebuild.engine.base import Engine
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.errors import TuneError
@@ -113,9 +114,10 @@ def recipe_target(recipe: Recipe, lock: Lock | None) -> Target:
     if lock is None:
         return Target(recipe=recipe.name)
     torch = next((w.version for w in lock.wheels if w.name == "torch"), None)
-    hipblaslt = lock.hipblaslt.commit if recipe.hipblaslt.enabled and lock.hipblaslt \
-        else None
-    return Target(torch_version=torch, hipblaslt_git_version=hipblaslt, recipe=recipe.name)
+    locked = lock.git(hipblaslt.LOCK_KEY) if hipblaslt.section(recipe) else None
+    hipblaslt_commit = locked.commit if locked else None
+    return Target(torch_version=torch, hipblaslt_git_version=hipblaslt_commit,
+                  recipe=recipe.name)
 
 
 def checked_bundle(bundle_dir: Path, recipe: Recipe, lock: Lock | None) -> Bundle:

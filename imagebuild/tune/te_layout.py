@@ -73,10 +73,11 @@ def image_te_version(manifest_path: str | None = None) -> tuple[str | None, str]
 
 def recipe_te_version(recipe: str) -> str | None:
     """The TE version the project's recipe ``recipe`` pins (None: the recipe has no TE)."""
+    from imagebuild.components.transformer_engine.component import section as te_section
     from imagebuild.recipe.load import load_recipe, project_dir
 
-    engine = load_recipe(recipe, project_dir()).transformer_engine
-    return engine.version if engine.enabled else None
+    engine = te_section(load_recipe(recipe, project_dir()))
+    return engine.version if engine else None
 
 
 def choose_layout(layout: str | None, te_version: str | None, manifest: Path | None,

@@ -1,7 +1,7 @@
 """Collectives from the tuner plugin's own record, the second source beside the logs.
 
 With ``IMAGEBUILD_TUNER_RECORD=DIR`` in a job, the image's tuner (its v4 adapter,
-imagebuild/render/templates/rccl-tuner-v4.c) appends each distinct request RCCL makes to
+imagebuild/components/rccl_tuner/v4-adapter.c) appends each distinct request RCCL makes to
 ``DIR/tuner-<host>-<pid>.csv``::
 
     collective,bytes,num_pipe_ops,reg_buff,n_ranks,n_nodes

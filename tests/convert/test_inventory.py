@@ -1,9 +1,9 @@
-"""The SBOM's components from a ROCm lock (hipBLASLt, plugin, libfabric, wheels, base image),
-its schema validity, and the size table and leftovers from a crafted image stream."""
+"""The SBOM's components from a ROCm lock (each image component's pinned sources, named by
+their component; wheels, base image), its schema validity, and the size table (a row per
+component part) and leftovers from a crafted image stream."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import tarfile
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.convert.inventory import InventoryScan, component_counts
+from imagebuild.build.inventory import inventory_inputs, inventory_scan
+from imagebuild.components.rccl_tuner.component import RcclTuner
+from imagebuild.convert.inventory import component_counts
 from imagebuild.convert.sbom import (
     IMAGE_SBOM,
-    SbomInputs,
     dpkg_packages,
     image_sbom,
     sbom_json,
@@ -23,11 +24,8 @@ from imagebuild.convert.sbom import (
 from imagebuild.convert.scan import scan_tar
 from imagebuild.convert.sizes import (
     BASE,
-    HIPBLASLT,
     OS_PACKAGES,
     OTHER,
-    PLUGIN,
-    TUNING_KIT,
     VENV_PART,
     PartLayout,
     classify,
@@ -36,7 +34,7 @@ from imagebuild.convert.sizes import (
 )
 from imagebuild.convert.tarfilter import filter_rootfs_tar
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.support.render import write_lock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,13 +70,12 @@ Version: 1.0
 def rocm(tmp_path_factory: pytest.TempPathFactory):
     recipe = load_recipe("rocm-7.0.2", REPO)
     lock = write_lock(recipe, tmp_path_factory.mktemp("lock") / "pylock.rocm-7.0.2.toml")
-    return recipe, lock, make_plan(recipe, lock)
+    return recipe, lock, plan_for(recipe, lock)
 
 
 def _sbom(rocm) -> dict:
-    recipe, lock, plan = rocm
-    inputs = SbomInputs(recipe.name, lock, recipe.hipblaslt.subdir, plan.plugin.kind,
-                        plan.plugin.libfabric_version)
+    _recipe, _lock, plan = rocm
+    inputs, _layout = inventory_inputs(plan)
     text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
                                 1_700_000_000))
     assert validation_errors(text) is None
@@ -89,31 +86,39 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
     _recipe, lock, _plan = rocm
     components = {c["bom-ref"]: c for c in _sbom(rocm)["components"]}
     hip = components["source:hipblaslt"]
-    assert hip["version"] == lock.hipblaslt.commit
+    assert hip["version"] == lock.git("hipblaslt").commit
     # rocm-libraries keeps hipBLASLt in a subdirectory: the purl's subpath says which
-    assert hip["purl"] == f"pkg:github/rocm/rocm-libraries@{lock.hipblaslt.commit}" \
+    assert hip["purl"] == f"pkg:github/rocm/rocm-libraries@{lock.git('hipblaslt').commit}" \
                           "#projects/hipblaslt"
-    assert hip["externalReferences"][0] == {"type": "vcs", "url": lock.hipblaslt.repository}
+    assert hip["externalReferences"][0] == {"type": "vcs", "url": lock.git("hipblaslt").repository}
     plugin = components["source:aws-ofi-nccl"]
-    assert plugin["purl"] == f"pkg:github/aws/aws-ofi-nccl@{lock.network_plugin.commit}"
+    assert plugin["purl"] == f"pkg:github/aws/aws-ofi-nccl@{lock.git('network-plugin').commit}"
     libfabric = components["source:libfabric"]
     assert libfabric["version"] == "1.22.0"
-    assert libfabric["hashes"] == [{"alg": "SHA-256", "content": lock.libfabric.sha256}]
-    assert libfabric["externalReferences"][0]["url"] == lock.libfabric.url
+    assert libfabric["hashes"] == [{"alg": "SHA-256", "content": lock.archive("libfabric").sha256}]
+    assert libfabric["externalReferences"][0]["url"] == lock.archive("libfabric").url
     tests = components["source:rccl-tests"]
-    assert tests["version"] == lock.rccl_tests.commit
-    assert tests["purl"] == f"pkg:github/rocm/rccl-tests@{lock.rccl_tests.commit}"
-    assert tests["externalReferences"][0] == {"type": "vcs", "url": lock.rccl_tests.repository}
+    assert tests["version"] == lock.git("rccl-tests").commit
+    assert tests["purl"] == f"pkg:github/rocm/rccl-tests@{lock.git('rccl-tests').commit}"
+    assert tests["externalReferences"][0] == {"type": "vcs", "url": lock.git("rccl-tests").repository}
+    megatron = components["source:megatron-lm"]
+    assert megatron["version"] == lock.git("megatron").commit
+    # every row of a source names the component it belongs to
+    named = {ref: {p["value"] for p in c["properties"] if p["name"] == "imagebuild:component"}
+             for ref, c in components.items() if ref.startswith("source:")}
+    assert named == {"source:hipblaslt": {"hipblaslt"}, "source:aws-ofi-nccl": {"network_plugin"},
+                     "source:libfabric": {"network_plugin"}, "source:rccl-tests": {"rccl_tests"},
+                     "source:megatron-lm": {"megatron"}}
     base = components["base-image"]
     assert base["version"] == lock.base_digest and base["type"] == "container"
     assert "repository_url=docker.io/rocm/dev-ubuntu-24.04" in base["purl"]
 
 
 def test_sbom_names_the_tuner_archive_by_its_sha256(rocm):
-    recipe, lock, plan = rocm
+    recipe, lock, _plan = rocm
     url, sha = "https://mirror.example.org/rccl-ext-tuner.tar.gz", "ab" * 32
-    inputs = SbomInputs(recipe.name, lock, recipe.hipblaslt.subdir, plan.plugin.kind,
-                        plan.plugin.libfabric_version, rccl_tuner=(url, sha))
+    tuned = recipe.with_component("rccl_tuner", RcclTuner(True, url, sha))
+    inputs, _layout = inventory_inputs(plan_for(tuned, lock))
     text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
                                 1_700_000_000))
     assert validation_errors(text) is None
@@ -121,6 +126,7 @@ def test_sbom_names_the_tuner_archive_by_its_sha256(rocm):
     assert tuner["hashes"] == [{"alg": "SHA-256", "content": sha}]
     assert tuner["externalReferences"][0]["url"] == url
     assert f"checksum=sha256:{sha}" in tuner["purl"]
+    assert {"name": "imagebuild:component", "value": "rccl_tuner"} in tuner["properties"]
     assert "source:rccl-tuner" not in {c["bom-ref"] for c in _sbom(rocm)["components"]}
 
 
@@ -180,8 +186,10 @@ def _crafted(plan) -> dict[str, bytes]:
         "opt/venv/lib/python3.12/site-packages/torch/__init__.py": b"v" * 5000,
         "opt/hipblaslt/lib/libhipblaslt.so.1": b"b" * 4000,
         "opt/hipblaslt/tuning/build/release/CMakeCache.txt": b"k" * 700,
-        f"{plan.plugin.prefix.strip('/')}/lib/librccl-net.so": b"p" * 100,
+        "opt/aws-ofi-nccl/lib/librccl-net.so": b"p" * 100,
         "opt/libfabric/lib/libfabric.so.1": b"f" * 200,
+        "opt/rccl-tests/bin/all_reduce_perf": b"t" * 60,
+        "opt/megatron-lm/pretrain_gpt.py": b"m" * 80,
         "opt/imagebuild/manifest.json": b"{}",
         "usr/include/stdio.h": b"i" * 10,
         "opt/venv/lib/python3.12/site-packages/torch/include/ATen/ATen.h": b"a",
@@ -192,19 +200,24 @@ def _crafted(plan) -> dict[str, bytes]:
 def test_size_table_sums_the_image_by_part(rocm):
     _recipe, _lock, plan = rocm
     files = _crafted(plan)
-    scan = InventoryScan(plan, 0)
+    scan = inventory_scan(plan, 0)
     out = io.BytesIO()
     filter_rootfs_tar(_image_tar(files), out, observer=scan)
-    parts = classify(scan.files, scan.package_files(), PartLayout.of(plan))
-    table = size_table(scan.files, parts)
+    parts = classify(scan.files, scan.package_files(), scan.layout)
+    table = size_table(scan.files, parts, scan.layout)
     sizes = {part: size for part, size, _ in table.rows}
+    # a row for each component's part, named by the component, in the registry's order
+    assert [part for part, _, _ in table.rows] == [
+        BASE, OS_PACKAGES, VENV_PART, "hipBLASLt tuning kit", "hipBLASLt",
+        "network plugin + libfabric", "rccl-tests", "Megatron-LM", OTHER]
     assert table.total == sum(len(d) for d in files.values()) == scan.total
     assert sizes[OS_PACKAGES] == 300  # libhwloc15: installed by the final stage for the plugin
     assert sizes[VENV_PART] == 5001
-    assert sizes[HIPBLASLT] == 4000 and sizes[TUNING_KIT] == 700
-    assert sizes[PLUGIN] == 300
+    assert sizes["hipBLASLt"] == 4000 and sizes["hipBLASLt tuning kit"] == 700
+    assert sizes["network plugin + libfabric"] == 300
+    assert sizes["rccl-tests"] == 60 and sizes["Megatron-LM"] == 80
     assert sizes[OTHER] == 2
-    assert sizes[BASE] == table.total - 300 - 5001 - 4700 - 300 - 2
+    assert sizes[BASE] == table.total - 300 - 5001 - 4700 - 300 - 60 - 80 - 2
     # the SBOM went into the stream, made from the image's own dpkg database
     with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
         sbom = json.loads(tar.extractfile(IMAGE_SBOM).read())
@@ -212,12 +225,10 @@ def test_size_table_sums_the_image_by_part(rocm):
     assert "total" in table.lines()[-1]
 
 
-def test_a_package_pinned_to_a_version_counts_as_added(rocm):
+def test_a_package_pinned_to_a_version_counts_as_added():
     """os_packages may pin a version (name=version, as apt takes it); dpkg lists the package
     by its name, so its files are the OS packages' part, not the base image's."""
-    _recipe, _lock, plan = rocm
-    pinned = dataclasses.replace(plan, runtime_packages=("librccl1=7.2.4-1~exp3", "libhwloc15"))
-    layout = PartLayout.of(pinned)
+    layout = PartLayout.of([], ("librccl1=7.2.4-1~exp3", "libhwloc15"))
     assert layout.packages == {"librccl1", "libhwloc15"}
     library = "usr/lib/x86_64-linux-gnu/librccl.so.1.0"
     parts = classify({library: 370, "usr/bin/bash": 10}, {"librccl1:amd64": [library]}, layout)
@@ -228,7 +239,7 @@ def test_an_image_file_at_the_sbom_path_is_replaced(rocm):
     _recipe, _lock, plan = rocm
     out = io.BytesIO()
     filter_rootfs_tar(_image_tar({IMAGE_SBOM: b"stale", **_crafted(plan)}), out,
-                      observer=InventoryScan(plan, 0))
+                      observer=inventory_scan(plan, 0))
     with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
         names = tar.getnames()
         assert names.count(IMAGE_SBOM) == 1
@@ -237,9 +248,10 @@ def test_an_image_file_at_the_sbom_path_is_replaced(rocm):
 
 def test_leftovers_finds_build_only_files_but_keeps_the_tuning_kit(rocm):
     _recipe, _lock, plan = rocm
-    scan = scan_tar(_image_tar(_crafted(plan)), InventoryScan(plan, 0))
+    scan = scan_tar(_image_tar(_crafted(plan)), inventory_scan(plan, 0))
+    assert scan.layout.keep == ("/opt/hipblaslt/tuning",)
     found = leftovers([*scan.files, "opt/hipblaslt/include/hipblaslt/hipblaslt.h"],
-                      keep=["/opt/hipblaslt/tuning"])
+                      keep=scan.layout.keep)
     assert found == {"headers": ["opt/hipblaslt/include/hipblaslt/hipblaslt.h",
                                  "usr/include/stdio.h"],
                      "package caches": ["var/cache/apt/archives/libhwloc15_2.9.0-1_amd64.deb"]}

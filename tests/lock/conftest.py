@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.lock.resolve import LockOptions
+from imagebuild.lock.options import LockOptions
 from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
 from tests.support.indexserver import IndexServer, make_wheel
 

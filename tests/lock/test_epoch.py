@@ -13,7 +13,7 @@ from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.lock.resolve import lock_recipe
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.lock.conftest import World
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_the_lock_records_when_it_was_written(world: World) -> None:
     path = lock(world)
     epoch = read_lock(path).source_date_epoch
     assert epoch is not None and before <= epoch <= time.time()
-    plan = make_plan(load_recipe(str(world.recipe_path)), read_lock(path))
+    plan = plan_for(load_recipe(str(world.recipe_path)), read_lock(path))
     assert (EPOCH_LABEL, str(epoch)) in plan.labels
 
 

@@ -12,7 +12,9 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.errors import HashMismatch, LockError, StaleFile, WheelIndexError
 from imagebuild.lock.lockfile import lock_path
-from imagebuild.lock.resolve import LockOptions, check_locks, lock_recipe, lock_status
+from imagebuild.lock.options import LockOptions
+from imagebuild.lock.resolve import lock_recipe
+from imagebuild.lock.status import check_locks, lock_status
 from imagebuild.recipe.load import load_recipe
 from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, rocm_requires
 from tests.lock.conftest import BASE_DIGEST, TORCH, TORCH_OTHER_BUILD, TRITON, World

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from imagebuild.errors import LockError
-from imagebuild.lock.resolve import LockOptions, lock_recipe
+from imagebuild.lock.options import LockOptions
+from imagebuild.lock.resolve import lock_recipe
 from imagebuild.recipe.load import load_recipe
 from testbed.therock_index import MultiArchIndex, make_multi_arch_index
 from tests.support.indexserver import IndexServer, sha256_of
@@ -121,7 +122,7 @@ def test_a_per_family_index_named_as_multi_arch_is_refused_with_the_hint(
 def test_device_code_of_another_target_in_a_resolution_is_refused(tmp_path: Path) -> None:
     """The check after resolution, at its seam: an index whose torch pulled every device
     pack (a device-all extra) gives code the recipe's GPUs never run."""
-    from imagebuild.lock.resolve import check_devices
+    from imagebuild.lock.therock import check_devices
 
     (tmp_path / "r.yaml").write_text(RECIPE.format(
         version="10.1.0", digest=DIGEST, index="https://m.example/whl-next/",

@@ -12,7 +12,9 @@ import pytest
 
 from imagebuild.errors import HashMismatch, LockError, WheelIndexError
 from imagebuild.lock.index import WheelIndex
-from imagebuild.lock.resolve import LockOptions, lock_recipe, sdist_build_requires
+from imagebuild.lock.options import LockOptions
+from imagebuild.lock.resolve import lock_recipe
+from imagebuild.lock.sdist import sdist_build_requires
 from imagebuild.recipe.load import load_recipe
 from testbed.therock_index import RocmSdkIndex, make_rocm_sdk_index
 from tests.support.indexserver import IndexServer, sha256_of

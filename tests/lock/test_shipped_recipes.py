@@ -14,12 +14,17 @@ import shutil
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
+from imagebuild.components.transformer_engine import component as transformer_engine
 from imagebuild.lock.lockfile import lock_path
-from imagebuild.lock.resolve import LockOptions, lock_recipe, lock_status
+from imagebuild.lock.model import LockedGit
+from imagebuild.lock.options import LockOptions
+from imagebuild.lock.resolve import lock_recipe
+from imagebuild.lock.status import lock_status
 from imagebuild.recipe.load import load_recipe, recipe_names
 from testbed.rocm_wheels import make_pypi_index, make_rocm_wheels, pypi_requirements
 from testbed.therock_index import make_multi_arch_index
@@ -134,23 +139,24 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     other_build = pins["torch"].rsplit(".git", 1)[0] + ".git0badc0de"
     make_wheel(served.directory / release, "torch", other_build)
     make_rocm_wheels(served.directory / release, pins, python_tag="cp310")
-    engine = recipe.transformer_engine
+    engine = transformer_engine.section(recipe)
     engine_files = (make_transformer_engine(served.directory / release, engine.version)
-                    if engine.enabled else {})
+                    if engine else {})
     make_pypi_index(served.directory / "simple",
                     [*pypi_requirements(pins), *recipe.wheels.extra,
-                     *(TE_REQUIRES + ("setuptools", "wheel") if engine.enabled else ())])
+                     *(TE_REQUIRES + ("setuptools", "wheel") if engine else ())])
 
     mirror = tmp_path / "github"
-    hipblaslt = recipe.hipblaslt.source
+    sections: Any = recipe.components
+    hipblaslt = sections["hipblaslt"].source
     hipblaslt_commit = mirror_repository(mirror, hipblaslt.repository, hipblaslt.ref)
-    plugin = recipe.network_plugin.source
+    plugin = sections["network_plugin"].source
     plugin_commit = mirror_repository(mirror, plugin.repository, plugin.ref)
-    megatron = recipe.megatron.source
+    megatron = sections["megatron"].source
     megatron_commit = mirror_repository(mirror, megatron.repository, megatron.ref)
-    tests = recipe.rccl_tests.source
+    tests = sections["rccl_tests"].source
     tests_commit = mirror_repository(mirror, tests.repository, tests.ref)
-    libfabric_url = recipe.network_plugin.libfabric.url
+    libfabric_url = sections["network_plugin"].libfabric.url
     archive = mirror / libfabric_url.removeprefix(GITHUB)
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"libfabric release archive " * 100)
@@ -166,13 +172,13 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
         assert wheel.url == served.url_for(f"{release}/{wheel.filename}")
         assert wheel.sha256 == sha256_of(made[project])
     assert {w.name for w in lock.wheels} >= {"numpy", "sympy", "filelock"}
-    assert lock.hipblaslt is not None and lock.hipblaslt.commit == hipblaslt_commit
-    assert lock.network_plugin is not None and lock.network_plugin.commit == plugin_commit
-    assert lock.megatron is not None and lock.megatron.commit == megatron_commit
-    assert lock.rccl_tests is not None and lock.rccl_tests.commit == tests_commit
-    assert lock.rccl_tests.ref == "develop"
-    assert lock.rccl_tests.repository == f"file://{mirror}/ROCm/rccl-tests.git"
-    if engine.enabled:
+    commits = {key: source.commit for key, source in lock.sources.items()
+               if isinstance(source, LockedGit)}
+    assert commits == {"hipblaslt": hipblaslt_commit, "network-plugin": plugin_commit,
+                       "megatron": megatron_commit, "rccl-tests": tests_commit}
+    assert lock.sources["rccl-tests"] == LockedGit(
+        f"file://{mirror}/ROCm/rccl-tests.git", "develop", tests_commit)
+    if engine is not None:
         for project in ("transformer-engine", "transformer-engine-rocm"):
             wheel = lock.wheel(project)
             assert wheel is not None and wheel.sha256 == sha256_of(engine_files[project])
@@ -180,8 +186,9 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
         assert sdist is not None and sdist.version == engine.version
         assert sdist.sha256 == sha256_of(engine_files["transformer-engine-torch"])
     assert {w.name for w in lock.wheels} >= {"einops", "sentencepiece", "tiktoken", "pybind11"}
-    assert lock.libfabric is not None and lock.libfabric.sha256 == sha256_of(archive)
-    assert urlsplit(lock.libfabric.url).scheme == "file"
+    libfabric = lock.archive("libfabric")
+    assert libfabric is not None and libfabric.sha256 == sha256_of(archive)
+    assert urlsplit(libfabric.url).scheme == "file"
     assert lock.base_digest == BASE_DIGEST
     assert lock_status(recipe).state == "locked"
     tool = tomllib.loads(lock_path(recipe).read_text())["tool"]["imagebuild"]

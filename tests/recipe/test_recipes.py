@@ -53,7 +53,7 @@ def test_shipped_recipes_cover_the_three_rocm_releases() -> None:
             assert "gfx90a" not in recipe.gpu_targets
             continue
         assert recipe.wheels.index_url.endswith(f"rocm-rel-{recipe.rocm}/")
-        assert recipe.hipblaslt.enabled
+        assert recipe.components["hipblaslt"].enabled
 
 
 def test_new_rocm_release_is_a_short_file() -> None:
@@ -89,7 +89,8 @@ env:
 def test_defaults_fill_switches(tmp_path: Path) -> None:
     recipe = load_recipe(str(write(tmp_path, "r", PARENT)))
     assert recipe.python == "3.12"
-    assert not recipe.hipblaslt.enabled and not recipe.network_plugin.enabled
+    assert not recipe.components["hipblaslt"].enabled
+    assert not recipe.components["network_plugin"].enabled
     assert recipe.dockerfile_syntax == "docker/dockerfile:1.7"
     assert recipe.wheels.index_url == \
         "https://repo.radeon.com/rocm/manylinux/rocm-rel-7.0.2/"

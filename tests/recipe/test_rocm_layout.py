@@ -13,7 +13,7 @@ from imagebuild.errors import RecipeError
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.rocm_layout import is_therock_line, system_prefix
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import REPO
 from tests.support.render import parse_dockerfile, write_lock
 
@@ -50,7 +50,7 @@ def test_the_stages_of_a_10x_recipe_use_its_directory(tmp_path: Path) -> None:
     shipped = load_recipe("rocm-7.2.4", REPO)
     recipe = replace(shipped, rocm="10.1.0", rocm_prefix=system_prefix("10.1.0"),
                      base_image="rocm/dev-ubuntu-24.04:10.1.0-full")
-    text = render_dockerfile(make_plan(recipe, write_lock(recipe, tmp_path / "pylock.toml")))
+    text = render_dockerfile(plan_for(recipe, write_lock(recipe, tmp_path / "pylock.toml")))
     stages = parse_dockerfile(text)
     assert "NCCL_HOME=/opt/rocm/core-10.1" in stages["rccl-tests"].text
     assert "/opt/rocm/core-10.1/bin/hipcc" in stages["rccl-tests"].text
@@ -60,7 +60,7 @@ def test_the_stages_of_a_10x_recipe_use_its_directory(tmp_path: Path) -> None:
     assert "/opt/rocm/lib" not in text and "/opt/rocm/bin" not in text
     # named for the image's programs and checks (ROCM_PATH, else /opt/rocm)
     assert "ROCM_PATH=/opt/rocm/core-10.1 " in stages["final"].text
-    packaged = render_dockerfile(make_plan(shipped, write_lock(shipped, tmp_path / "p.toml")))
+    packaged = render_dockerfile(plan_for(shipped, write_lock(shipped, tmp_path / "p.toml")))
     assert "ROCM_PATH=" not in parse_dockerfile(packaged)["final"].text
 
 

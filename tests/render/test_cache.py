@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import FIXTURES, REPO
 from tests.support.render import (
     cache_keys,
@@ -40,8 +41,8 @@ class Variant:
         lock_file.parent.mkdir(parents=True)
         self.recipe = recipe
         self.lock = write_lock(recipe, lock_file)
-        self.context = build_context(make_plan(recipe, self.lock), root / "context").directory
-        self.text = render_dockerfile(make_plan(recipe, self.lock))
+        self.context = build_context(plan_for(recipe, self.lock), root / "context").directory
+        self.text = render_dockerfile(plan_for(recipe, self.lock))
         self.stages = parse_dockerfile(self.text)
         self.keys = cache_keys(self.text, self.context)
 
@@ -120,10 +121,10 @@ def test_recipe_values_reach_only_the_stages_that_use_them(tmp_path: Path, rocm:
     # labels and manifest; never a source build.
     assert [s for s, seen in where.items() if torch in seen] == ["python", "final"]
     assert [s for s, seen in where.items() if "gfx90a;gfx942" in seen] == ["hipblaslt"]
-    assert variant.lock.hipblaslt.commit in where["hipblaslt"]
-    assert variant.lock.hipblaslt.commit not in where["python"] + where["plugin"]
-    assert variant.lock.network_plugin.commit in where["plugin"]
-    assert variant.lock.libfabric.sha256 in where["plugin"]
+    assert variant.lock.git("hipblaslt").commit in where["hipblaslt"]
+    assert variant.lock.git("hipblaslt").commit not in where["python"] + where["plugin"]
+    assert variant.lock.git("network-plugin").commit in where["plugin"]
+    assert variant.lock.archive("libfabric").sha256 in where["plugin"]
 
 
 # --- what each change rebuilds --------------------------------------------------------------
@@ -170,29 +171,31 @@ def test_gpu_target_change_rebuilds_hipblaslt_not_python(tmp_path: Path, rocm: R
 
 
 def test_rccl_tests_ref_change_rebuilds_only_rccl_tests(tmp_path: Path, rocm: Recipe):
-    source = GitSource(rocm.rccl_tests.source.repository, "release/rocm-rel-7.0")
-    changed = replace(rocm, rccl_tests=replace(rocm.rccl_tests, source=source))
+    tests: Any = rocm.components["rccl_tests"]
+    source = GitSource(tests.source.repository, "release/rocm-rel-7.0")
+    changed = rocm.with_component("rccl_tests", replace(tests, source=source))
     before, after = variants(tmp_path, rocm, changed)
     assert rebuilt(before.keys, after.keys) == {"rccl-tests", "final"}
 
 
 def test_rccl_tests_off_drops_its_stage_and_checks(tmp_path: Path, rocm: Recipe):
-    changed = replace(rocm, rccl_tests=replace(rocm.rccl_tests, enabled=False))
+    changed = rocm.with_component("rccl_tests", None)
     variant = Variant(changed, tmp_path)
     assert "rccl-tests" not in variant.stages
     assert "rccl-tests" not in variant.text and "/opt/rccl-tests" not in variant.text
 
 
 def test_hipblaslt_ref_change_rebuilds_only_hipblaslt(tmp_path: Path, rocm: Recipe):
-    source = GitSource(rocm.hipblaslt.source.repository, "rocm-7.0.3")
-    changed = replace(rocm, hipblaslt=replace(rocm.hipblaslt, source=source))
+    hip: Any = rocm.components["hipblaslt"]
+    source = GitSource(hip.source.repository, "rocm-7.0.3")
+    changed = rocm.with_component("hipblaslt", replace(hip, source=source))
     before, after = variants(tmp_path, rocm, changed)
     assert rebuilt(before.keys, after.keys) == {"hipblaslt", "final"}
 
 
 def test_plugin_ref_change_keeps_libfabric(tmp_path: Path, rocm: Recipe):
-    plugin = rocm.network_plugin
-    changed = replace(rocm, network_plugin=replace(
+    plugin: Any = rocm.components["network_plugin"]
+    changed = rocm.with_component("network_plugin", replace(
         plugin, source=GitSource(plugin.source.repository, "v1.19.0")))
     before, after = variants(tmp_path, rocm, changed)
     assert rebuilt(before.keys, after.keys) == {"plugin", "final"}

@@ -18,9 +18,9 @@ import pytest
 
 from imagebuild.errors import LockError, RenderError
 from imagebuild.lock.lockfile import lock_path, read_lock
-from imagebuild.lock.resolve import uv_binary
+from imagebuild.lock.uv import uv_binary
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.context import build_context, manifest, python_lock
+from imagebuild.render.context import build_context, python_lock
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.layout import (
     CHECKS_IMPORT_NAME,
@@ -28,7 +28,8 @@ from imagebuild.render.layout import (
     IMAGE_CHECKS_DIR,
     SHIM_PATH,
 )
-from imagebuild.render.plan import make_plan
+from imagebuild.render.manifest import manifest
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import FIXTURES, REPO
 from tests.support.render import served_lock, write_lock
 
@@ -41,11 +42,11 @@ def cpu():
 
 def test_context_holds_exactly_what_the_dockerfile_reads(tmp_path: Path, cpu):
     recipe, lock = cpu
-    staged = build_context(make_plan(recipe, lock), tmp_path / "ctx")
+    staged = build_context(plan_for(recipe, lock), tmp_path / "ctx")
     top = {f.split("/")[0] for f in staged.files}
     assert top == {"Dockerfile", "pylock.toml", "manifest.json", "fetch-uv.py", "bin", "checks"}
     text = staged.dockerfile.read_text()
-    assert text == render_dockerfile(make_plan(recipe, lock))
+    assert text == render_dockerfile(plan_for(recipe, lock))
     # Every context path the Dockerfile names is staged.
     named = set(re.findall(r"source=([^,\s]+)", text))
     named |= {m for m in re.findall(r"^COPY (\S+) ", text, re.MULTILINE) if not m.startswith("--")}
@@ -58,7 +59,7 @@ def test_context_holds_exactly_what_the_dockerfile_reads(tmp_path: Path, cpu):
 def test_gpu_context_adds_the_tuning_kit_script(tmp_path: Path):
     recipe = load_recipe("rocm-7.0.2", REPO)
     lock = write_lock(recipe, tmp_path / "pylock.rocm-7.0.2.toml")
-    staged = build_context(make_plan(recipe, lock), tmp_path / "ctx")
+    staged = build_context(plan_for(recipe, lock), tmp_path / "ctx")
     assert "hipblaslt-tuning-kit.sh" in staged.files
 
 
@@ -66,7 +67,7 @@ def test_file_modes_do_not_depend_on_the_checkout(tmp_path: Path, cpu):
     recipe, lock = cpu
     old = os.umask(0o077)
     try:
-        staged = build_context(make_plan(recipe, lock), tmp_path / "ctx")
+        staged = build_context(plan_for(recipe, lock), tmp_path / "ctx")
     finally:
         os.umask(old)
     for name in staged.files:
@@ -82,7 +83,7 @@ def test_file_times_do_not_depend_on_the_checkout(tmp_path: Path, cpu):
     checks = tmp_path / "checkout"
     shutil.copytree(CHECKS_SOURCE, checks, ignore=shutil.ignore_patterns("__pycache__"))
     os.utime(checks / "__main__.py", (1_000_000_000, 1_000_000_000))
-    staged = build_context(make_plan(recipe, lock), tmp_path / "ctx", checks_source=checks)
+    staged = build_context(plan_for(recipe, lock), tmp_path / "ctx", checks_source=checks)
     paths = [staged.directory, *staged.directory.rglob("*")]
     assert len(paths) > len(staged.files)  # directories too
     assert {path.lstat().st_mtime for path in paths} == {lock.source_date_epoch}
@@ -90,45 +91,45 @@ def test_file_times_do_not_depend_on_the_checkout(tmp_path: Path, cpu):
 
 def test_shim_runs_the_checks_with_the_image_python(tmp_path: Path, cpu):
     recipe, lock = cpu
-    shim = (build_context(make_plan(recipe, lock), tmp_path / "ctx").directory / "bin/imagebuild").read_text()
+    shim = (build_context(plan_for(recipe, lock), tmp_path / "ctx").directory / "bin/imagebuild").read_text()
     assert shim.startswith("#!/bin/sh\n")
     assert f'PYTHONPATH="{IMAGE_CHECKS_DIR}' in shim
     assert f'exec /opt/venv/bin/python -m {CHECKS_IMPORT_NAME} "$@"' in shim
-    assert f"COPY bin/imagebuild {SHIM_PATH}" in render_dockerfile(make_plan(recipe, lock))
+    assert f"COPY bin/imagebuild {SHIM_PATH}" in render_dockerfile(plan_for(recipe, lock))
 
 
 def test_unlocked_recipe_is_refused(tmp_path: Path):
     recipe = load_recipe("rocm-7.0.2", REPO)
     with pytest.raises(LockError, match=r"not locked; run `imagebuild lock rocm-7.0.2`"):
-        build_context(make_plan(recipe, None), tmp_path / "ctx")
+        build_context(plan_for(recipe, None), tmp_path / "ctx")
     assert not (tmp_path / "ctx").exists()
 
 
 def test_restaging_clears_only_an_imagebuild_context(tmp_path: Path, cpu):
     recipe, lock = cpu
     ctx = tmp_path / "ctx"
-    build_context(make_plan(recipe, lock), ctx)
+    build_context(plan_for(recipe, lock), ctx)
     (ctx / "leftover").write_text("x")
-    build_context(make_plan(recipe, lock), ctx)
+    build_context(plan_for(recipe, lock), ctx)
     assert not (ctx / "leftover").exists()
     foreign = tmp_path / "home"
     foreign.mkdir()
     (foreign / "precious.txt").write_text("keep")
     with pytest.raises(RenderError, match="refusing to clear it"):
-        build_context(make_plan(recipe, lock), foreign)
+        build_context(plan_for(recipe, lock), foreign)
     assert (foreign / "precious.txt").read_text() == "keep"
 
 
 def test_missing_checks_are_an_error(tmp_path: Path, cpu):
     recipe, lock = cpu
     with pytest.raises(RenderError, match="in-image checks not found"):
-        build_context(make_plan(recipe, lock), tmp_path / "ctx", checks_source=tmp_path / "nothing")
+        build_context(plan_for(recipe, lock), tmp_path / "ctx", checks_source=tmp_path / "nothing")
 
 
 def test_manifest_lists_every_pin_for_the_in_image_checks(tmp_path: Path):
     recipe = load_recipe("rocm-7.0.2", REPO)
     lock = write_lock(recipe, tmp_path / "pylock.rocm-7.0.2.toml")
-    data = manifest(make_plan(recipe, lock))
+    data = manifest(plan_for(recipe, lock))
     # The keys imagebuild/inimage reads.
     assert data["recipe"] == "rocm-7.0.2"
     assert data["input_hash"] == recipe.input_hash()
@@ -137,20 +138,20 @@ def test_manifest_lists_every_pin_for_the_in_image_checks(tmp_path: Path):
     assert data["gpu_targets"] == ["gfx90a", "gfx942"]
     assert data["wheels"] == {w.name: w.version for w in lock.wheels}
     assert data["hipblaslt"]["enabled"] is True
-    assert data["hipblaslt"]["commit"] == lock.hipblaslt.commit
+    assert data["hipblaslt"]["commit"] == lock.git("hipblaslt").commit
     assert data["hipblaslt"]["bench"] == "/opt/hipblaslt/bin/hipblaslt-bench"
     assert data["network_plugin"] == data["network_plugin"] | {
-        "enabled": True, "kind": "aws-ofi-nccl", "commit": lock.network_plugin.commit,
+        "enabled": True, "kind": "aws-ofi-nccl", "commit": lock.git("network-plugin").commit,
         "library": "/opt/aws-ofi-nccl/lib/librccl-net.so"}
-    assert data["network_plugin"]["libfabric"]["sha256"] == lock.libfabric.sha256
+    assert data["network_plugin"]["libfabric"]["sha256"] == lock.archive("libfabric").sha256
     assert data["base_image"]["digest"] == lock.base_digest
     assert json.loads(json.dumps(data)) == data
-    assert manifest(make_plan(recipe, lock)) == data  # deterministic: no timestamps
+    assert manifest(plan_for(recipe, lock)) == data  # deterministic: no timestamps
 
 
 def test_cpu_manifest_says_cpu_only(cpu):
     recipe, lock = cpu
-    data = manifest(make_plan(recipe, lock))
+    data = manifest(plan_for(recipe, lock))
     assert data["rocm_version"] is None
     assert data["hipblaslt"] == {"enabled": False}
     assert data["network_plugin"] == {"enabled": False}
@@ -199,7 +200,7 @@ def test_staged_pylock_installs_exactly_the_locked_files(tmp_path: Path, index_s
     lock = served_lock(recipe, index_server, [("torch", "2.13.0+cpu"), ("tinydep", "1.0")],
                        "sha256:" + "0" * 64, tmp_path / f"pylock.{recipe.name}.toml",
                        payload_size=256)
-    staged = build_context(make_plan(recipe, lock), tmp_path / "ctx")
+    staged = build_context(plan_for(recipe, lock), tmp_path / "ctx")
     result = _uv_sync(tmp_path / "venv", staged.directory / "pylock.toml", tmp_path / "cache")
     assert result.returncode == 0, result.stderr
     fetched = sorted(r.path for r in index_server.requests)

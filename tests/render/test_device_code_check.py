@@ -1,4 +1,4 @@
-"""The device-code diet script of packaged-ROCm images (render/templates/device-code-check.py),
+"""The device-code diet script of packaged-ROCm images (render/scripts/device-code-check.py),
 run as the build runs it, over a ROCm layout of real ELF libraries: gcc-built stand-ins of
 librocblas, libhipblaslt and libMIOpen with kernel files named like the real ones beside
 them (rocblas/library/TensileLibrary_lazy_<gfx>.dat, Kernels.so-000-<gfx>.hsaco,
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.render.dockerfile import TEMPLATES
-from imagebuild.render.layout import DEVICE_CODE_CHECK
+from imagebuild.render.layout import DEVICE_CODE_CHECK, SCRIPTS
+from tests.support.scripts import staged
 
-SCRIPT = TEMPLATES / DEVICE_CODE_CHECK
+SCRIPT = staged(DEVICE_CODE_CHECK, SCRIPTS / DEVICE_CODE_CHECK)
 ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1100")
 KERNELS = {
     "lib/rocblas/library": [f"TensileLibrary_lazy_{a}.dat" for a in ARCHES]

@@ -24,11 +24,12 @@ from imagebuild.engine.base import BuildRequest
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
 from imagebuild.lock.model import Lock
-from imagebuild.lock.resolve import resolve_base_digest
+from imagebuild.lock.sources import resolve_base_digest
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.context import build_context, manifest
-from imagebuild.render.plan import make_plan
+from imagebuild.render.context import build_context
+from imagebuild.render.manifest import manifest
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import FIXTURES
 from tests.support.render import served_lock
 
@@ -70,7 +71,7 @@ def build(engine: DockerEngine, root: Path, base_image: str, server, env: dict[s
     recipe = load_recipe(write_recipe(root, base_image, server.url, env))
     lock = served_lock(recipe, server, [("torch", "2.13.0+cpu"), ("tinydep", "1.0")],
                        resolve_base_digest(base_image))
-    staged = build_context(make_plan(recipe, lock), root / "context")
+    staged = build_context(plan_for(recipe, lock), root / "context")
     secrets = {"site-ca": SITE_CA} if SITE_CA.is_file() else {}
     result = engine.build(BuildRequest(staged.dockerfile, staged.directory, tags=(tag,),
                                        secrets=secrets), keep_lines=None)
@@ -125,7 +126,7 @@ def test_image_carries_the_venv_manifest_and_shim(built, docker_engine):
     lines = out.splitlines()
     assert lines[:4] == ["2.13.0+cpu", "/opt/venv/bin/python", "/usr/local/bin/uv",
                          "/usr/local/bin/imagebuild"]
-    assert json.loads("\n".join(lines[4:])) == manifest(make_plan(first.recipe, first.lock))
+    assert json.loads("\n".join(lines[4:])) == manifest(plan_for(first.recipe, first.lock))
     assert os.access(first.context / "bin" / "imagebuild", os.X_OK)
     listing = run(docker_engine, first.image,
                   "ls /opt/imagebuild/checks/imagebuild_checks/__main__.py; dpkg -s libgomp1")

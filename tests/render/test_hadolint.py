@@ -12,13 +12,14 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from imagebuild.components.rccl_tuner.component import RcclTuner
 from imagebuild.recipe.load import load_recipe
-from imagebuild.recipe.model import RcclTuner
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from tests.render.conftest import FIXTURES, REPO, SHIPPED
 from tests.support.render import write_lock
 
@@ -55,30 +56,31 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
         recipe = load_recipe(name, REPO)
         lock_dir = tmp_path / name / "recipes"
         lock_dir.mkdir(parents=True)
-        variants[f"{name}-locked"] = render_dockerfile(make_plan(
+        variants[f"{name}-locked"] = render_dockerfile(plan_for(
             recipe, write_lock(recipe, lock_dir / f"pylock.{name}.toml")))
     recipe = load_recipe("rocm-7.0.2", REPO)
+    hip: Any = recipe.components["hipblaslt"]
+    plugin: Any = recipe.components["network_plugin"]
     for label, changed in {
-        "no-hipblaslt": replace(recipe, hipblaslt=replace(recipe.hipblaslt, enabled=False)),
-        "no-plugin": replace(recipe, network_plugin=replace(recipe.network_plugin,
-                                                            enabled=False)),
-        "no-builds": replace(recipe, hipblaslt=replace(recipe.hipblaslt, enabled=False),
-                             network_plugin=replace(recipe.network_plugin, enabled=False)),
-        "aws-ofi-rccl": replace(recipe, network_plugin=replace(recipe.network_plugin,
-                                                               kind="aws-ofi-rccl")),
+        "no-hipblaslt": recipe.with_component("hipblaslt", replace(hip, enabled=False)),
+        "no-plugin": recipe.with_component("network_plugin", replace(plugin, enabled=False)),
+        "no-builds": recipe.with_component("hipblaslt", replace(hip, enabled=False))
+        .with_component("network_plugin", replace(plugin, enabled=False)),
+        "aws-ofi-rccl": recipe.with_component("network_plugin",
+                                              replace(plugin, kind="aws-ofi-rccl")),
         "builtin-frontend": replace(recipe, dockerfile_syntax=None),
-        "no-tuning-kit": replace(recipe, hipblaslt=replace(recipe.hipblaslt, tuning_kit=False,
-                                                           clients=False)),
-        "rccl-tuner": replace(recipe, rccl_tuner=RcclTuner(
+        "no-tuning-kit": recipe.with_component("hipblaslt", replace(hip, tuning_kit=False,
+                                                                    clients=False)),
+        "rccl-tuner": recipe.with_component("rccl_tuner", RcclTuner(
             True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64)),
-        "rccl-tuner-as-is": replace(recipe, rccl_tuner=RcclTuner(
+        "rccl-tuner-as-is": recipe.with_component("rccl_tuner", RcclTuner(
             True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64,
             interface_adapter=False)),
     }.items():
-        variants[label] = render_dockerfile(make_plan(changed, None))
+        variants[label] = render_dockerfile(plan_for(changed, None))
     cpu = load_recipe("cpu-test", FIXTURES)
-    variants["cpu-unlocked"] = render_dockerfile(make_plan(cpu, None))
-    variants["cpu-no-packages"] = render_dockerfile(make_plan(replace(cpu, os_packages=()), None))
+    variants["cpu-unlocked"] = render_dockerfile(plan_for(cpu, None))
+    variants["cpu-no-packages"] = render_dockerfile(plan_for(replace(cpu, os_packages=()), None))
     return variants
 
 

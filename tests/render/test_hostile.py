@@ -20,7 +20,7 @@ from imagebuild.errors import LockError, RecipeError, RenderError
 from imagebuild.lock.check import check_lock
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.dockerfile import render_dockerfile
-from imagebuild.render.plan import make_plan
+from imagebuild.render.plan import plan_for
 from imagebuild.render.quoting import dockerfile_quote
 from tests.support.render import instructions, parse_dockerfile, write_lock
 
@@ -65,7 +65,7 @@ def count(text: str) -> int:
 
 @pytest.fixture
 def benign_count(tmp_path: Path) -> int:
-    return count(render_dockerfile(make_plan(load_recipe(write_recipe(tmp_path / "benign")), None)))
+    return count(render_dockerfile(plan_for(load_recipe(write_recipe(tmp_path / "benign")), None)))
 
 
 # --- refused at load ------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_allowed_metacharacters_come_out_inert(tmp_path: Path, benign_count: int
                         labels={"org.example.quote": 'x" LABEL y="z',
                                 "org.example.dollar": "$USER ${PATH}"})
     recipe = load_recipe(path)
-    text = render_dockerfile(make_plan(recipe, None))
+    text = render_dockerfile(plan_for(recipe, None))
     # The same number of instructions as the benign recipe, plus one per extra ENV/LABEL.
     extra = (len(INERT_ENV) - 1) + 1
     assert count(text) == benign_count + extra
@@ -166,7 +166,7 @@ def test_url_metacharacters_stay_one_shell_word(tmp_path: Path, benign_count: in
     url = "https://example.org/libfabric-{version}.tar.bz2?a=1&b=2;c"
     path = write_recipe(tmp_path, hipblaslt__repository=repository,
                         network_plugin__libfabric__url=url)
-    text = render_dockerfile(make_plan(load_recipe(path), None))
+    text = render_dockerfile(plan_for(load_recipe(path), None))
     assert count(text) == benign_count
     stages = parse_dockerfile(text)
     remote = next(i for i in stages["hipblaslt"].instructions if "remote add origin" in i)
@@ -180,7 +180,7 @@ def test_url_metacharacters_stay_one_shell_word(tmp_path: Path, benign_count: in
 def test_subdir_may_not_leave_the_checkout(tmp_path: Path):
     path = write_recipe(tmp_path, hipblaslt__subdir="projects/../../../etc")
     with pytest.raises((RecipeError, RenderError), match="subdir"):
-        render_dockerfile(make_plan(load_recipe(path), None))
+        render_dockerfile(plan_for(load_recipe(path), None))
 
 
 def test_recipe_env_may_not_override_image_paths(tmp_path: Path):
@@ -215,8 +215,8 @@ def test_hand_edited_lock_values_are_refused(tmp_path: Path, field: str, replace
 
     recipe = load_recipe(write_recipe(tmp_path))
     lock = write_lock(recipe)
-    old = {"commit": lock.hipblaslt.commit, "base-digest": lock.base_digest,
-           "libfabric-sha": lock.libfabric.sha256, "wheel-sha": lock.wheels[0].sha256}[field]
+    old = {"commit": lock.git("hipblaslt").commit, "base-digest": lock.base_digest,
+           "libfabric-sha": lock.archive("libfabric").sha256, "wheel-sha": lock.wheels[0].sha256}[field]
     _edit_lock(lock.path, f'"{old}"', f'"{replacement}"'.replace("\n", "\\n"))
     # Refused by the one lock check a build makes, before any plan is made from it.
     with pytest.raises(LockError, match=expected):

@@ -16,11 +16,11 @@ import sys
 import zipfile
 from pathlib import Path
 
-from imagebuild.render.layout import UV_WHEELS
+from imagebuild.render.layout import SCRIPTS, UV_WHEELS
 from tests.support.indexserver import Fault
+from tests.support.scripts import staged
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "imagebuild" / "render" / "templates"
-FETCH_UV = TEMPLATES / "fetch-uv.py"
+FETCH_UV = staged("fetch-uv.py", SCRIPTS / "fetch-uv.py")
 
 
 # --- fetch-uv.py ----------------------------------------------------------------------------

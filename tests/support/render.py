@@ -19,12 +19,13 @@ from urllib.parse import quote
 
 import tomli_w
 
+from imagebuild import components
 from imagebuild.lock.check import current_lock
 from imagebuild.lock.epoch import relock_text
 from imagebuild.lock.lockfile import header, lock_path, lock_text, read_lock, tool_table
-from imagebuild.lock.model import Lock, LockedArchive, LockedGit
+from imagebuild.lock.model import ArchivePin, GitPin, Lock, LockedArchive, LockedGit, LockedSource
 from imagebuild.recipe.model import Recipe
-from imagebuild.render.plan import BuildPlan, make_plan
+from imagebuild.render.plan import BuildPlan, plan_for
 
 
 def fake_sha(*parts: str) -> str:
@@ -58,34 +59,27 @@ def write_lock(recipe: Recipe, path: Path | None = None) -> Lock:
         packages.append(_package(name, version, url))
     packages.sort(key=lambda p: p["name"])
 
-    hipblaslt = network_plugin = libfabric = None
-    if recipe.hipblaslt.enabled:
-        source = recipe.hipblaslt.source
-        hipblaslt = LockedGit(source.repository, source.ref,
-                              fake_commit(source.repository, source.ref))
-    if recipe.network_plugin.enabled:
-        plugin = recipe.network_plugin
-        network_plugin = LockedGit(plugin.source.repository, plugin.source.ref,
-                                   fake_commit(plugin.source.repository, plugin.source.ref))
-        libfabric = LockedArchive(plugin.libfabric.url, fake_sha(plugin.libfabric.url), 7_654_321)
-    megatron = rccl_tests = None
-    if recipe.megatron.enabled:
-        source = recipe.megatron.source
-        megatron = LockedGit(source.repository, source.ref,
-                             fake_commit(source.repository, source.ref))
-    if recipe.rccl_tests.enabled:
-        source = recipe.rccl_tests.source
-        rccl_tests = LockedGit(source.repository, source.ref,
-                               fake_commit(source.repository, source.ref))
     base_digest = "sha256:" + fake_sha(recipe.base_image)
     target = path or lock_path(recipe)
     target.write_text(lock_text(recipe, packages, base_digest=base_digest,
-                                wheel_index=recipe.wheels.index_url, hipblaslt=hipblaslt,
-                                network_plugin=network_plugin, libfabric=libfabric,
-                                source_date_epoch=FAKE_EPOCH, megatron=megatron,
-                                rccl_tests=rccl_tests),
+                                wheel_index=recipe.wheels.index_url,
+                                sources=fake_sources(recipe), source_date_epoch=FAKE_EPOCH),
                       encoding="utf-8")
     return read_lock(target)
+
+
+def fake_sources(recipe: Recipe) -> dict[str, LockedSource]:
+    """What the lock pins for each enabled component's git sources and archives: the ref's
+    made-up commit, the archive's made-up sha256."""
+    sources: dict[str, LockedSource] = {}
+    for component, section in components.enabled(recipe):
+        for pin in component.pins(section, recipe):
+            if isinstance(pin, GitPin):
+                sources[pin.key] = LockedGit(pin.source.repository, pin.source.ref,
+                                             fake_commit(pin.source.repository, pin.source.ref))
+            elif isinstance(pin, ArchivePin):
+                sources[pin.key] = LockedArchive(pin.url, fake_sha(pin.url), 7_654_321)
+    return sources
 
 
 def _package(name: str, version: str, url: str) -> dict:
@@ -179,7 +173,7 @@ def rewrite_lock(recipe: Recipe, template: Path, base_digest: str,
         if urls and package["name"] in urls:
             package["wheels"][0]["url"] = urls[package["name"]]
     tool = document["tool"]["imagebuild"]
-    tool.update(tool_table(recipe, base_digest, None, None, None))
+    tool.update(tool_table(recipe, base_digest, {}))
     tool["wheel-index"] = recipe.wheels.index_url
     target = path or lock_path(recipe)
     target.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
@@ -293,6 +287,6 @@ def served_lock(recipe: Recipe, server, wheels: list[tuple[str, str]], base_dige
     return read_lock(target)
 
 
-def plan_for(recipe: Recipe) -> BuildPlan:
+def committed_plan(recipe: Recipe) -> BuildPlan:
     """The plan ``imagebuild render`` makes: the recipe with its committed lock, if any."""
-    return make_plan(recipe, current_lock(recipe))
+    return plan_for(recipe, current_lock(recipe))

@@ -1,7 +1,7 @@
 """The find_exact.py route on the real pieces, up to where only a GPU can go on.
 
 In Debian sid with experimental's real hipBLASLt 7.2.4 bench (libhipblaslt1-bench
-7.2.4+dfsg-1~exp1, as tests/render/test_hipblaslt_debian.py installs it) and Debian's
+7.2.4+dfsg-1~exp1, as tests/components/hipblaslt/test_debian.py installs it) and Debian's
 python3-yaml and python3-tqdm (what find_exact.py imports), a hipBLASLt build directory is
 laid out as find_exact.py expects it: ``<build dir>/clients/staging/hipblaslt-bench`` (the
 real bench) and ``<build dir>/library/MatchTable.yaml`` (a stand-in table: without a GPU no
@@ -32,7 +32,7 @@ from imagebuild.inimage.tuning.find_exact import Settings, write_configs
 from imagebuild.inimage.tuning.problems import read_csv
 from testbed import base_images
 from testbed.source_mirror import fixtures_dir
-from tests.render.test_hipblaslt_debian import DEBIAN_BENCH, HIPBLASLT, RUNTIME
+from tests.components.hipblaslt.test_debian import DEBIAN_BENCH, HIPBLASLT, RUNTIME
 from tests.support.engine_env import docker_engine  # noqa: F401  (pytest fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.components.transformer_engine.component import section as te_section
 from imagebuild.errors import TuneError
 from imagebuild.inimage.tuning.bundle_format import BundleProblem, read_bundle, write_bundle
 from imagebuild.recipe.load import load_recipe
@@ -29,8 +30,8 @@ def project_te_versions() -> set[str]:
     """The TransformerEngine versions the shipped recipes pin."""
     versions = set()
     for path in sorted((REPO / "recipes").glob("rocm-*.yaml")):
-        engine = load_recipe(path.stem, REPO).transformer_engine
-        if engine.enabled:
+        engine = te_section(load_recipe(path.stem, REPO))
+        if engine:
             versions.add(engine.version)
     return versions
 

@@ -3,7 +3,7 @@ schema: imagebuild/data/image-manifest.schema.json): its ROCm release, the GPU t
 it is built for, its network plugin and the libfabric symbol versions that plugin
 needs (recorded by the build's plugin check), and its Python environment; and, where
 the final stage wrote one, its device-code report (/opt/imagebuild/device-code.json,
-imagebuild/render/templates/device-code-check.py): the targets whose code the image kept
+imagebuild/render/scripts/device-code-check.py): the targets whose code the image kept
 and, per kernel library torch loads, its kernel files per target."""
 
 from __future__ import annotations

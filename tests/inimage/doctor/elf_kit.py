@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-#: libfabric release -> the newest FABRIC_1.x minor it defines (imagebuild.render.libfabric).
+#: libfabric release -> the newest FABRIC_1.x minor it defines (imagebuild.components.network_plugin.libfabric).
 LIBFABRIC_ABI = {"1.15": 5, "1.22": 7, "2.1": 8}
 
 

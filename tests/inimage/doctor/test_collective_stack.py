@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
+from imagebuild.components.network_plugin.component import section as network_plugin_section
 from imagebuild.doctor.image_needs import needs_for_recipe
 from imagebuild.doctor.site_settings import doctor_settings, inside_image
 from imagebuild.inimage.doctor.finding import FAIL, PASS, SKIP, WARN
@@ -174,8 +175,10 @@ def test_the_manifest_and_the_recipe_give_the_plugin_release_and_the_tuner() -> 
     assert release_of("v1.18.0") == "1.18.0" and release_of("v1.13.2-aws") == "1.13.2"
     assert release_of("cxi") is None and release_of("2475c4c736907e68") is None
     recipe = needs_for_recipe(load_recipe("rocm-7.2.4"))
+    plugin = network_plugin_section(load_recipe("rocm-7.2.4"))
+    assert plugin is not None
     assert recipe.plugin_kind == "aws-ofi-nccl" and recipe.plugin_version == release_of(
-        load_recipe("rocm-7.2.4").network_plugin.source.ref)
+        plugin.source.ref)
     assert recipe.plugin_tuner == ()  # built with --disable-platform-aws: no tuner in it
     therock = needs_for_recipe(load_recipe("rocm-7.14.1"))
     assert therock.plugin is False and therock.plugin_version is None

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.components.network_plugin.libfabric import abi_name, abi_of
 from imagebuild.inimage.doctor.elf import read_dynamic
 from imagebuild.inimage.doctor.finding import FAIL, PASS
 from imagebuild.inimage.doctor.libfabric import FabricSettings, check
 from imagebuild.inimage.doctor.needs import ImageNeeds
-from imagebuild.render.libfabric import abi_name, abi_of
 from tests.inimage.doctor.elf_kit import build_plugin
 
 pytestmark = pytest.mark.integration

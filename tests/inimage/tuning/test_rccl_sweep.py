@@ -1,7 +1,7 @@
 """The RCCL sweep's driver (imagebuild/inimage/tuning/rccl_sweep.py): the sizes it covers,
 the variables each run gets, what it keeps and what it names as unavailable. The
 benchmarks are stand-ins (tests/support/rccl_tests_standin.py): the GPU run itself is not
-possible here; tests/render/test_rccl_tuner.py carries the sweep's result through the real
+possible here; tests/components/rccl_tuner/test_rccl_tuner.py carries the sweep's result through the real
 tuner plugin."""
 
 from __future__ import annotations

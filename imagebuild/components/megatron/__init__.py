@@ -1,0 +1,1 @@
+"""Megatron-LM at a locked commit, with its dataset helpers compiled at build time."""

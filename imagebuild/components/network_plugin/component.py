@@ -1,0 +1,220 @@
+"""The RCCL network plugin and the libfabric it is built against: the recipe section and its
+rules, what the lock pins for it, and its plan (the plugin stage, its final-stage steps,
+manifest, SBOM and size parts)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from imagebuild.components.network_plugin.libfabric import LibfabricTarget, libfabric_target
+from imagebuild.components.protocol import (
+    Component,
+    ComponentPlan,
+    EnvVar,
+    PlanContext,
+    ProblemAt,
+    RecipeData,
+    SectionData,
+    Stage,
+)
+from imagebuild.components.shared import (
+    git_source,
+    needs_rocm,
+    pinned_source,
+    refused_with_rocm_wheels,
+    require_keys,
+)
+from imagebuild.errors import short_path
+from imagebuild.lock.model import ArchivePin, GitPin, LockedArchive, LockedGit, Pin, PinnedSource
+from imagebuild.recipe import grammar
+from imagebuild.recipe.model import GitSource, Recipe
+from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Str
+
+NAME = "network_plugin"
+PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]
+#: The keys of its sources in the lock's [tool.imagebuild.sources].
+LOCK_KEY = "network-plugin"
+LIBFABRIC_KEY = "libfabric"
+
+
+@dataclass(frozen=True)
+class Libfabric:
+    version: str
+    url: str
+
+
+@dataclass(frozen=True)
+class NetworkPlugin:
+    enabled: bool
+    kind: PluginKind
+    source: GitSource
+    libfabric: Libfabric
+
+    def lock_inputs(self) -> dict[str, Any]:
+        return {NAME: {"source": asdict(self.source), "libfabric": asdict(self.libfabric)}
+                if self.enabled else None}
+
+
+def section(recipe: Recipe) -> NetworkPlugin | None:
+    """The recipe's network plugin section when it builds the plugin."""
+    found = recipe.components.get(NAME)
+    return found if isinstance(found, NetworkPlugin) and found.enabled else None
+
+
+def plugin_prefix(kind: str) -> str:
+    """Where a plugin of ``kind`` is installed in the image."""
+    return f"/opt/{kind}"
+
+
+SPEC = Obj(fields={
+    "enabled": Bool(),
+    "kind": Str("aws-ofi-nccl or aws-ofi-rccl", enum=("aws-ofi-nccl", "aws-ofi-rccl")),
+    "repository": REPOSITORY,
+    "ref": GIT_REF,
+    "libfabric": Obj(fields={
+        "version": Str("a libfabric release like 2.1.0", grammar.VERSION_TEXT),
+        "url": Str("an http(s):// URL of the release tarball; {version} is replaced",
+                   grammar.ARCHIVE_URL),
+    }),
+})
+DEFAULTS = {"enabled": False, "kind": "aws-ofi-nccl"}
+
+
+def rules(plugin: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
+    needs_rocm(NAME, recipe, problem)
+    require_keys(NAME, plugin, ("repository", "ref"), problem)
+    libfabric = plugin.get("libfabric") or {}
+    require_keys(NAME, libfabric, ("version", "url"), problem, within=("libfabric",))
+    if plugin["kind"] == "aws-ofi-rccl" and str(libfabric.get("version", "")).startswith("2."):
+        # libfabric 2.0 dropped container_of from its public headers, which the fork's
+        # sources still use: the build stops with "implicit declaration of function
+        # 'container_of'" (ROCm/aws-ofi-rccl, branch cxi).
+        problem((NAME, "libfabric", "version"),
+                "aws-ofi-rccl does not compile against libfabric 2.x (it uses container_of, "
+                "which libfabric 2 no longer defines); use a 1.x release such as 1.22.0, or "
+                "kind aws-ofi-nccl")
+    refused_with_rocm_wheels(NAME, recipe, problem,
+                             "the plugin stage compiles against ROCm in the base image "
+                             "(rocm_prefix), not yet against the SDK's devel wheel; use a 7.x "
+                             "recipe for multi-node Slingshot images")
+
+
+def read(plugin: SectionData, recipe: RecipeData) -> NetworkPlugin:
+    libfabric = plugin.get("libfabric") or {}
+    version = libfabric.get("version", "")
+    return NetworkPlugin(
+        enabled=plugin["enabled"], kind=plugin["kind"], source=git_source(plugin),
+        libfabric=Libfabric(version=version,
+                            url=libfabric.get("url", "").replace("{version}", version)))
+
+
+def pins(plugin: NetworkPlugin, recipe: Recipe) -> tuple[Pin, ...]:
+    return (GitPin(LOCK_KEY, plugin.source), ArchivePin(LIBFABRIC_KEY, plugin.libfabric.url))
+
+
+FOLDER = Path(__file__).resolve().parent
+LIBFABRIC_PREFIX = "/opt/libfabric"
+#: The plugin stage's measurements (ELF symbol versions, RUNPATH), merged into the manifest
+#: by the final stage.
+RECORD = "/opt/imagebuild/network-plugin.json"  # in imagebuild.render.layout.IMAGE_ROOT
+CHECK = "network-plugin-check.py"
+#: Shared libraries the plugin links besides libfabric (aws-ofi-nccl requires hwloc).
+RUNTIME_PACKAGES = ("libhwloc15",)
+
+
+@dataclass(frozen=True)
+class PluginPlan:
+    kind: str
+    repository: str
+    revision: str
+    ref: str
+    prefix: str
+    libfabric_version: str
+    libfabric_url: str
+    #: None when unlocked: the rendered step then refuses to run.
+    libfabric_sha256: str | None
+    libfabric_prefix: str
+    #: Where ROCm's HIP and RCCL are (headers and libraries) for configure.
+    rocm_prefix: str
+    #: The oldest libfabric the plugin must load with, from the recipe's sites.
+    libfabric_target: LibfabricTarget
+    #: What the plugin stage measured about the plugin (ELF symbol versions, RUNPATH),
+    #: merged into the manifest by the final stage.
+    record: str = RECORD
+
+    @property
+    def library(self) -> str:
+        return f"{self.prefix}/lib/librccl-net.so"
+
+
+
+def planned(parts: Mapping[str, ComponentPlan]) -> PluginPlan | None:
+    """The network plugin's plan among a build plan's parts (``BuildPlan.parts``), when on."""
+    part = parts.get(NAME)
+    return part.values if part is not None else None
+
+
+def plan(context: PlanContext) -> ComponentPlan:
+    recipe, plugin, lock = context.recipe, context.section, context.lock
+    locked = lock.git(LOCK_KEY) if lock else None
+    archive = lock.archive(LIBFABRIC_KEY) if lock else None
+    repository, revision = pinned_source(plugin.source, locked)
+    values = PluginPlan(
+        kind=plugin.kind, repository=repository, revision=revision, ref=plugin.source.ref,
+        prefix=plugin_prefix(plugin.kind), libfabric_version=plugin.libfabric.version,
+        libfabric_url=archive.url if archive else plugin.libfabric.url,
+        libfabric_sha256=archive.sha256 if archive else None,
+        libfabric_prefix=LIBFABRIC_PREFIX, rocm_prefix=recipe.rocm_prefix,
+        libfabric_target=libfabric_target(short_path(recipe.path), plugin.libfabric.version,
+                                          context.inputs.sites))
+    sources: tuple[PinnedSource, ...] = (PinnedSource(NAME, plugin.kind, locked),) if locked else ()
+    if archive:
+        sources += (PinnedSource(NAME, "libfabric", archive, plugin.libfabric.version),)
+    return ComponentPlan(
+        name=NAME, values=values,
+        stage=Stage("plugin", "stage.j2", f"toolchain + libfabric + {plugin.kind}",
+                    "libfabric archive, plugin repository/commit"),
+        steps=("final.j2",), scripts=((CHECK, FOLDER / "check.py"),),
+        runtime_packages=RUNTIME_PACKAGES,
+        library_path=(f"{values.prefix}/lib",),
+        # Found through the loader cache, which LD_LIBRARY_PATH overrides: a site that puts
+        # its own libfabric on LD_LIBRARY_PATH (LUMI) wins.
+        loader_dirs=(("libfabric", f"{LIBFABRIC_PREFIX}/lib"),),
+        linked_files=(values.library,),
+        # RCCL dlopens NCCL_NET_PLUGIN's value as given before any default name (src/net.cc,
+        # openNetPluginLib): the absolute path loads exactly this plugin.
+        env=(EnvVar("NCCL_NET_PLUGIN", values.library),),
+        manifest=_manifest(values, plugin, recipe.sites, locked, archive),
+        sources=sources,
+        sizes=((values.prefix, "network plugin + libfabric"),
+               (LIBFABRIC_PREFIX, "network plugin + libfabric")))
+
+
+def _manifest(values: PluginPlan, plugin: NetworkPlugin, sites: tuple[str, ...],
+              locked: LockedGit | None, archive: LockedArchive | None) -> dict[str, Any]:
+    """Its source and where it is; "elf" (what the plugin stage read from the ELF) is filled
+    in by the final stage."""
+    if locked is None or archive is None:
+        return {"enabled": True}
+    target = values.libfabric_target
+    return {
+        "enabled": True, "kind": plugin.kind, "repository": locked.repository,
+        "ref": locked.ref, "commit": locked.commit, "prefix": values.prefix,
+        "library": values.library,
+        "libfabric": {"version": plugin.libfabric.version, "url": archive.url,
+                      "sha256": archive.sha256, "prefix": LIBFABRIC_PREFIX},
+        "loads_with": {"oldest_libfabric": target.oldest_release, "from": target.oldest_from,
+                       "max_symbol_version": target.max_abi, "sites": list(sites)},
+        "elf": None,
+    }
+
+
+COMPONENT = Component(
+    name=NAME, title="network plugin", folder=FOLDER,
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins, plan=plan,
+    always_recorded=True, needs_build_packages=True,
+    precedes=(("final", "hipblaslt"),),
+)

@@ -1,0 +1,149 @@
+"""What the scripts a build runs share (imagebuild; standard library only).
+
+The build context stages each script as a directory that Python runs, ``<name>/__main__.py``
+with this module beside it as ``buildtime.py`` (imagebuild.render.context): a step's
+``python3 /tmp/imagebuild/<name>`` runs the script, which imports this module from its own
+directory (Python runs a directory holding a ``__main__.py``, with that directory first on
+``sys.path``: https://docs.python.org/3/using/cmdline.html#interface-options).
+
+- ``fail``: the one way a script stops the build, naming itself;
+- ``readelf``: binutils' readelf, its failure a clear stop;
+- ``rccl_library``, ``versions_looked_up``, ``versions_exported``, ``span``: which interface
+  versions of a plugin the image's RCCL looks up (string literals in librccl.so's read-only
+  data) and which a plugin exports;
+- ``dlopen``: loading a library with dlopen(RTLD_NOW) in a fresh interpreter, under a
+  given loader path, and what else it mapped;
+- ``manifest_section``, ``update_manifest``: what a final-stage check reads from and adds to
+  the image's manifest.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import NoReturn
+
+#: A child process dlopens, so that LD_LIBRARY_PATH applies (the loader reads it at start),
+#: and reports what the loader mapped.
+_DLOPEN = (
+    "import ctypes, json, os, sys\n"
+    "ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)\n"
+    "maps = open('/proc/self/maps').read().split()\n"
+    "print(json.dumps(sorted({p for p in maps if sys.argv[2] and sys.argv[2] in p})))\n"
+)
+IDENTIFIER = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+
+
+def script_name() -> str:
+    """The running script's name, as argparse names it: ``network-plugin-check``."""
+    name = os.path.basename(os.path.normpath(sys.argv[0]))
+    if name == "__main__.py":
+        name = os.path.basename(os.path.dirname(os.path.abspath(sys.argv[0])))
+    return name.removesuffix(".py")
+
+
+def fail(message: str) -> NoReturn:
+    print(f"{script_name()}: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def readelf(*args: str) -> str:
+    try:
+        result = subprocess.run(["readelf", "-W", *args], check=False, capture_output=True,
+                                text=True)
+    except FileNotFoundError:
+        fail("readelf not found: the toolchain stage needs binutils")
+    if result.returncode != 0:
+        fail(f"readelf {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def rccl_library(where: str, plugin: str) -> str:
+    """The librccl.so of a ROCm prefix (or a library path): PREFIX/lib/librccl.so, else
+    PREFIX/lib/*/librccl.so* (Debian's multiarch layout). ``plugin`` names what it is
+    looked for, for the message (``plugin``, ``tuner``)."""
+    if os.path.isfile(where):
+        return where
+    candidates = [os.path.join(where, "lib", "librccl.so")]
+    candidates += sorted(glob.glob(os.path.join(where, "lib", "*", "librccl.so*")))
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate
+    fail(f"no RCCL library under {where} (looked for {where}/lib/librccl.so and "
+         f"{where}/lib/*/librccl.so*): cannot tell which {plugin} interface it looks up")
+
+
+def versions_looked_up(rccl: str, symbol: str) -> list[int]:
+    """The ``<symbol><N>`` names (``ncclNetPlugin_v``) RCCL dlsyms, newest first: string
+    literals in its read-only data."""
+    # Starts with the literal, which re finds fast; the character before it is checked apart
+    # (a leading lookbehind makes re try every byte: 10 s instead of 0.5 s on RCCL 7.2.4's
+    # 361 MiB library).
+    lookup = re.compile(re.escape(symbol).encode() + rb"(\d+)(?![0-9A-Za-z_])")
+    with open(rccl, "rb") as handle:
+        data = handle.read()
+    return sorted({int(m.group(1)) for m in lookup.finditer(data)
+                   if m.start() == 0 or data[m.start() - 1] not in IDENTIFIER}, reverse=True)
+
+
+def versions_exported(library: str, symbol: str,
+                      kinds: tuple[str, ...] = ("OBJECT", "FUNC")) -> list[int]:
+    """The ``<symbol><N>`` the library defines as global symbols of ``kinds``, newest first."""
+    export = re.compile(re.escape(symbol) + r"(\d+)(?:@.*)?$")
+    found = set()
+    for line in readelf("--dyn-syms", library).splitlines():
+        words = line.split()
+        if len(words) >= 8 and words[3] in kinds and words[4] == "GLOBAL" and words[6] != "UND":
+            match = export.match(words[7])
+            if match:
+                found.add(int(match.group(1)))
+    return sorted(found, reverse=True)
+
+
+def span(versions: list[int]) -> str:
+    """[10, 9, 8, 7, 6] -> 'v10..v6'; [11, 5] -> 'v11, v5'."""
+    if not versions:
+        return "none"
+    if len(versions) > 2 and versions == list(range(versions[0], versions[-1] - 1, -1)):
+        return f"v{versions[0]}..v{versions[-1]}"
+    return ", ".join(f"v{v}" for v in versions)
+
+
+def dlopen(library: str, library_path: str | None = None, mapped: str = "") -> list[str]:
+    """dlopen(RTLD_NOW) in a fresh interpreter (``library_path``: its LD_LIBRARY_PATH);
+    returns what it mapped whose path holds ``mapped`` (``/libfabric.so``)."""
+    env = dict(os.environ)
+    if library_path is not None:
+        env["LD_LIBRARY_PATH"] = library_path
+    result = subprocess.run([sys.executable, "-c", _DLOPEN, library, mapped], check=False,
+                            env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        error = result.stderr.strip().splitlines()[-1:] or ["no output"]
+        where = f" with LD_LIBRARY_PATH={library_path}" if library_path else ""
+        fail(f"dlopen({library}, RTLD_NOW){where} failed: {error[0]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def manifest_section(path: str, section: str) -> dict:
+    """The manifest's ``section`` (empty when it has none)."""
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle).get(section, {})
+
+
+def update_manifest(path: str, section: str, values: dict) -> dict:
+    """Add ``values`` to the manifest's ``section``; the file is written whole and renamed
+    over the old one. Returns the section as written."""
+    with open(path, encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    entry = manifest.setdefault(section, {})
+    entry.update(values)
+    partial = path + ".partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=2)
+        handle.write("\n")
+    os.replace(partial, path)
+    return entry
