@@ -17,7 +17,7 @@ from typing import Any
 from imagebuild import components
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
 from imagebuild.project import project_dir
-from imagebuild.recipe import grammar, spec
+from imagebuild.recipe import fields, grammar, spec
 from imagebuild.recipe.format import defaults, lookup, recipe_spec
 from imagebuild.recipe.located import KeyPath, NotYaml, Origin, dotted, read_mapping
 from imagebuild.recipe.model import (
@@ -169,7 +169,7 @@ def _merge(into: dict[str, Any], child: dict[str, Any], path: KeyPath) -> None:
         here = path + (key,)
         if isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value, here)
-        elif value is None and isinstance(lookup(path), spec.Table):
+        elif value is None and isinstance(lookup(path), fields.Table):
             into.pop(key, None)
         else:
             into[key] = _copy(value)
