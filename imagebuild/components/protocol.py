@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.lock.model import Lock, Pin, PinnedSource
+from imagebuild.recipe.fields import Obj
 from imagebuild.recipe.model import Recipe, Section
-from imagebuild.recipe.spec import Obj
 
 if TYPE_CHECKING:
     from imagebuild.recipe.site import SiteProfile

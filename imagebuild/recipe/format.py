@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from imagebuild import components
-from imagebuild.recipe import spec
+from imagebuild.recipe import fields, spec
 from imagebuild.recipe.schema import to_schema
 
 #: Values of the image's own keys a recipe may leave out. Shared parts belong in a parent
@@ -41,10 +41,10 @@ def _with_sections(core: dict[str, Any], sections: dict[str, Any]) -> dict[str, 
     return out
 
 
-def recipe_spec() -> spec.Obj:
+def recipe_spec() -> fields.Obj:
     """The whole recipe format: the core keys and every registered component's section."""
     sections = {c.name: c.spec for c in components.ordered("schema")}
-    return spec.Obj(fields=_with_sections(spec.CORE.fields, sections),
+    return fields.Obj(fields=_with_sections(spec.CORE.fields, sections),
                     required=spec.CORE.required, description=spec.CORE.description)
 
 
@@ -54,17 +54,17 @@ def defaults() -> dict[str, Any]:
     return _with_sections(CORE_DEFAULTS, sections)
 
 
-def lookup(path: tuple[str, ...]) -> spec.Spec | None:
+def lookup(path: tuple[str, ...]) -> fields.Spec | None:
     """The spec at a key path (Table keys are free), or None for an unknown path."""
-    found: spec.Spec = recipe_spec()
+    found: fields.Spec = recipe_spec()
     for key in path:
-        if isinstance(found, spec.Obj):
+        if isinstance(found, fields.Obj):
             if key not in found.fields:
                 return None
             found = found.fields[key]
-        elif isinstance(found, spec.Table):
+        elif isinstance(found, fields.Table):
             found = found.value
-        elif isinstance(found, spec.Seq):
+        elif isinstance(found, fields.Seq):
             found = found.item
         else:
             return None

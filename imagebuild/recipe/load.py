@@ -1,4 +1,5 @@
-"""YAML recipe -> Recipe: load, resolve ``extends``, validate, apply defaults.
+"""YAML recipe -> Recipe: find it, merge its ``extends`` chain (``recipe.extends``), apply
+defaults, check the merged recipe and each component's rules, build the Recipe.
 
 Every problem is collected before anything is raised, so a user fixes a broken recipe in one
 round: each comes out as ``file:line: key.path: what was expected`` (with a did-you-mean for
@@ -17,9 +18,9 @@ from typing import Any
 from imagebuild import components
 from imagebuild.errors import Problem, RecipeError, RecipeNotFound
 from imagebuild.project import project_dir
-from imagebuild.recipe import grammar, spec
-from imagebuild.recipe.format import defaults, lookup, recipe_spec
-from imagebuild.recipe.located import KeyPath, NotYaml, Origin, dotted, read_mapping
+from imagebuild.recipe import spec
+from imagebuild.recipe.extends import RECIPE_SUFFIX, merged_chain, with_defaults
+from imagebuild.recipe.located import KeyPath, Origin, dotted
 from imagebuild.recipe.model import (
     RADEON_INDEX,
     ROCM_WHEELS_INDEX,
@@ -28,10 +29,7 @@ from imagebuild.recipe.model import (
     Wheels,
 )
 from imagebuild.recipe.rocm_layout import is_therock_line, system_prefix
-from imagebuild.recipe.spec_check import check_against_spec
 from imagebuild.recipe.therock import untested_checks, wheels_layout, wheels_targets
-
-RECIPE_SUFFIX = ".yaml"
 
 
 def recipes_dir(project: Path | None = None) -> Path:
@@ -74,119 +72,14 @@ def find_recipe(name_or_path: str, project: Path | None = None) -> Path:
 def load_recipe(name_or_path: str | Path, project: Path | None = None) -> Recipe:
     path = find_recipe(str(name_or_path), project)
     problems: list[Problem] = []
-    chain = _load_chain(path, problems)
+    merged, origins, sources = merged_chain(path, problems)
     if problems:
         raise RecipeError(problems)
-    merged: dict[str, Any] = {}
-    origins: dict[KeyPath, Origin] = {}
-    for data, file_origins in reversed(chain):
-        _merge(merged, data, ())
-        origins.update(file_origins)
-    sources = tuple(file_origins[()].file for _, file_origins in chain)
     recipe = _build(path, merged, origins, sources, problems)
     if problems:
         raise RecipeError(problems)
     assert recipe is not None
     return recipe
-
-
-# --- loading ------------------------------------------------------------------------------
-
-def _load_chain(path: Path, problems: list[Problem]) -> list[tuple[dict, dict[KeyPath, Origin]]]:
-    """The recipe and its parents, child first; each validated on its own."""
-    chain: list[tuple[dict, dict[KeyPath, Origin]]] = []
-    seen: list[Path] = []
-    current: Path | None = path
-    while current is not None:
-        if current in seen:
-            cycle = " -> ".join(p.name for p in [*seen, current])
-            problems.append(Problem(seen[-1], chain[-1][1][("extends",)].line, "extends",
-                                    f"extends cycle: {cycle}"))
-            break
-        seen.append(current)
-        loaded = _load_file(current, problems)
-        if loaded is None:
-            break
-        data, origins = loaded
-        _check_file(current, data, origins, problems)
-        chain.append((data, origins))
-        parent = data.get("extends")
-        if not isinstance(parent, str) or not grammar.matches(grammar.EXTENDS, parent):
-            break
-        parent_path = current.parent / f"{parent.removesuffix(RECIPE_SUFFIX)}{RECIPE_SUFFIX}"
-        if not parent_path.is_file():
-            problems.append(Problem(current, origins[("extends",)].line, "extends",
-                                    f"parent recipe {parent_path.name!r} not found beside "
-                                    f"{current.name}"))
-            break
-        current = parent_path
-    return chain
-
-
-def _load_file(path: Path, problems: list[Problem]) -> tuple[dict, dict[KeyPath, Origin]] | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem(path, None, "", f"cannot read recipe: {exc}"))
-        return None
-    try:
-        read = read_mapping(text, path, problems)
-    except NotYaml as exc:
-        problems.append(Problem(path, exc.line, "", f"invalid YAML: {exc.what}"))
-        return None
-    if read is None:
-        problems.append(Problem(path, 1, "", "a recipe must be a YAML mapping of keys to values"))
-    return read
-
-
-# --- per-file validation --------------------------------------------------------------------
-
-def _check_file(file: Path, data: dict, origins: dict[KeyPath, Origin],
-                problems: list[Problem]) -> None:
-    if "version" not in data:
-        problems.append(Problem(file, 1, "version",
-                                f"missing; every recipe file starts with 'version: "
-                                f"{spec.FORMAT_VERSION}'"))
-    elif data["version"] != spec.FORMAT_VERSION and isinstance(data["version"], int) \
-            and data["version"] > spec.FORMAT_VERSION:
-        problems.append(Problem(file, origins[("version",)].line, "version",
-                                f"recipe format {data['version']} is newer than this imagebuild "
-                                f"reads ({spec.FORMAT_VERSION}); upgrade imagebuild"))
-        return
-    check_against_spec(recipe_spec(), data, (), file, origins, problems)
-
-
-# --- merging --------------------------------------------------------------------------------
-
-def _merge(into: dict[str, Any], child: dict[str, Any], path: KeyPath) -> None:
-    """Child values win; mappings merge key by key; lists and scalars are replaced.
-
-    In tables (env, labels, wheels.packages) a null removes the inherited entry.
-    """
-    for key, value in child.items():
-        if key == "extends" and not path:
-            continue
-        here = path + (key,)
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value, here)
-        elif value is None and isinstance(lookup(path), spec.Table):
-            into.pop(key, None)
-        else:
-            into[key] = _copy(value)
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return list(value)
-    return value
-
-
-def _with_defaults(merged: dict[str, Any]) -> dict[str, Any]:
-    out = {k: _copy(v) for k, v in defaults().items()}
-    _merge(out, merged, ())
-    return out
 
 
 # --- merged validation and construction ---------------------------------------------------
@@ -202,7 +95,7 @@ def _build(path: Path, merged: dict[str, Any], origins: dict[KeyPath, Origin],
             problem((key,), "missing (required in the recipe or a parent it extends)")
     if problems:
         return None
-    data = _with_defaults(merged)
+    data = with_defaults(merged)
     # Not a default: the directory depends on the release line (rocm_layout).
     data.setdefault("rocm_prefix", system_prefix(data["rocm"]))
     for name, value in data["wheels"]["packages"].items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from imagebuild.recipe import grammar
-from imagebuild.recipe.spec import Bool, Int, Seq, Spec, Str, Table
+from imagebuild.recipe.fields import Bool, Int, Seq, Spec, Str, Table
 
 
 def to_schema(spec: Spec) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from imagebuild.recipe import grammar
+from imagebuild.recipe.fields import Bool, Int, Obj, Seq, Str, Table
 from imagebuild.recipe.gpu_targets import unknown_target
 from imagebuild.recipe.schema import to_schema
 from imagebuild.recipe.site_runtime import (
@@ -21,7 +22,6 @@ from imagebuild.recipe.site_runtime import (
     NET_PLUGINS,
     PROVIDER,
 )
-from imagebuild.recipe.spec import Bool, Int, Obj, Seq, Str, Table
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ANNOTATION_KEY = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"

@@ -1,4 +1,4 @@
-"""A value against a field spec (imagebuild.recipe.spec): every place it departs, as a
+"""A value against a field spec (imagebuild.recipe.fields): every place it departs, as a
 problem with its file, line and key path, and what was expected (with a did-you-mean for an
 unknown key). Recipes, site profiles and the CI configuration are checked with it."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import Problem
-from imagebuild.recipe import grammar, spec
+from imagebuild.recipe import fields, grammar
 from imagebuild.recipe.located import KeyPath, Origin, dotted
 
 
-def check_against_spec(s: spec.Spec, value: Any, path: KeyPath, file: Path,
+def check_against_spec(s: fields.Spec, value: Any, path: KeyPath, file: Path,
                        origins: dict[KeyPath, Origin], problems: list[Problem]) -> None:
     """Append a problem (file, line, dotted key, what was expected) for every place where
     ``value`` departs from the spec ``s``."""
@@ -23,7 +23,7 @@ def check_against_spec(s: spec.Spec, value: Any, path: KeyPath, file: Path,
 
     if value is None and getattr(s, "nullable", False):
         return
-    if isinstance(s, spec.Obj):
+    if isinstance(s, fields.Obj):
         if not isinstance(value, dict):
             problem(f"expected {s.expected}, got {_describe(value)}")
             return
@@ -34,7 +34,7 @@ def check_against_spec(s: spec.Spec, value: Any, path: KeyPath, file: Path,
                                          f" (allowed: {', '.join(s.fields)})"), path + (key,))
                 continue
             check_against_spec(s.fields[key], item, path + (key,), file, origins, problems)
-    elif isinstance(s, spec.Table):
+    elif isinstance(s, fields.Table):
         if not isinstance(value, dict):
             problem(f"expected {s.expected}, got {_describe(value)}")
             return
@@ -43,7 +43,7 @@ def check_against_spec(s: spec.Spec, value: Any, path: KeyPath, file: Path,
                 problem(f"invalid key {key!r}: expected {s.key.expected}", path + (key,))
             elif item is not None:  # null removes an inherited entry
                 check_against_spec(s.value, item, path + (key,), file, origins, problems)
-    elif isinstance(s, spec.Seq):
+    elif isinstance(s, fields.Seq):
         if not isinstance(value, list):
             problem(f"expected {s.expected}, got {_describe(value)}")
             return
@@ -53,17 +53,17 @@ def check_against_spec(s: spec.Spec, value: Any, path: KeyPath, file: Path,
             duplicates = sorted({str(v) for v in value if value.count(v) > 1})
             if duplicates:
                 problem(f"duplicate entries: {', '.join(duplicates)}")
-    elif isinstance(s, spec.Bool):
+    elif isinstance(s, fields.Bool):
         if not isinstance(value, bool):
             problem(f"expected {s.expected}, got {_describe(value)}")
-    elif isinstance(s, spec.Int):
+    elif isinstance(s, fields.Int):
         if not isinstance(value, int) or isinstance(value, bool):
             problem(f"expected {s.expected} (an integer), got {_describe(value)}")
         elif s.enum and value not in s.enum:
             problem(f"expected one of {', '.join(map(str, s.enum))}, got {value}")
         elif s.minimum is not None and value < s.minimum:
             problem(f"expected {s.expected} (at least {s.minimum}), got {value}")
-    elif isinstance(s, spec.Str):
+    elif isinstance(s, fields.Str):
         if value is None and s.nullable:
             return
         if not isinstance(value, str):

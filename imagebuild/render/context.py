@@ -9,13 +9,9 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import tomli_w
 
 from imagebuild import __version__
-from imagebuild.errors import LockError, RenderError, short_path
-from imagebuild.lock.model import Lock
+from imagebuild.errors import LockError, RenderError
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.layout import (
     CHECKS_IMPORT_NAME,
@@ -29,6 +25,7 @@ from imagebuild.render.layout import (
 )
 from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import BuildPlan, device_code_diet
+from imagebuild.render.python_files import python_lock, selector_requirement
 
 #: File in a staged context directory that marks it as ours (safe to clear and restage).
 CONTEXT_MARKER = ".imagebuild-context"
@@ -143,35 +140,6 @@ def _prepare_directory(directory: Path) -> None:
             else:
                 entry.unlink()
     directory.mkdir(parents=True, exist_ok=True)
-
-
-def selector_requirement(lock: Lock) -> str:
-    """``rocm @ <url> --hash=sha256:<hex>``: the sdist's exact bytes, nothing resolved."""
-    assert lock.selector is not None
-    return (f"{lock.selector.name} @ {lock.selector.url} "
-            f"--hash=sha256:{lock.selector.sha256}\n")
-
-
-def python_lock(lock: Lock) -> str:
-    """The Python part of the lock as a standalone PEP 751 file for the python stage.
-
-    Only wheels: a change to a git commit or the base digest leaves this file, and so the
-    python stage's cache, untouched.
-    """
-    packages = []
-    for wheel in lock.wheels:
-        entry: dict[str, Any] = {"url": wheel.url, "hashes": {"sha256": wheel.sha256}}
-        if wheel.size is not None:
-            entry["size"] = wheel.size
-        packages.append({"name": wheel.name, "version": wheel.version, "wheels": [entry]})
-    document = {
-        "lock-version": "1.0",
-        "created-by": "imagebuild",
-        "requires-python": f"=={lock.python}.*",
-        "packages": packages,
-    }
-    return (f"# The wheels of {short_path(lock.path)}, staged by imagebuild for the python "
-            "stage.\n" + tomli_w.dumps(document))
 
 
 def _shim() -> str:

@@ -20,7 +20,7 @@ from imagebuild.errors import LockError, RenderError
 from imagebuild.lock.lockfile import lock_path, read_lock
 from imagebuild.lock.uv import uv_binary
 from imagebuild.recipe.load import load_recipe
-from imagebuild.render.context import build_context, python_lock
+from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.layout import (
     CHECKS_IMPORT_NAME,
@@ -30,6 +30,7 @@ from imagebuild.render.layout import (
 )
 from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
+from imagebuild.render.python_files import python_lock
 from tests.render.conftest import FIXTURES, REPO
 from tests.support.render import served_lock, write_lock
 

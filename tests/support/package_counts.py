@@ -14,8 +14,8 @@ checkouts (before and after a change) are compared with the same code. The count
   or pins (``plan.hipblaslt is None``, ``if lock.megatron``, ``if tuner``), and a Jinja
   ``{% if %}`` naming one. The registry's own loops (``components.enabled(recipe)``) name
   no component;
-- tuner files: host files (Python and templates outside the in-image package and the
-  tuner's own folder) that name the RCCL tuner;
+- tuner files: host files (Python and templates outside the in-image package, the
+  tuner's own folder and the registry) that name the RCCL tuner;
 - switchboards: the line counts of the modules that held a switch over every component;
 - duplicated check helpers: functions defined in more than one build-time script (the
   scripts the build context stages), other than ``main`` and the mode functions ``main``
@@ -163,11 +163,13 @@ def component_switches(repo: Path = REPO) -> dict[str, list[int]]:
 
 
 def tuner_files(repo: Path = REPO) -> list[str]:
-    """Host files outside the tuner's own folder that name the RCCL tuner."""
+    """Host files outside the tuner's own folder that name the RCCL tuner; the registry
+    (imagebuild/components/__init__.py), which lists every component once by design, aside."""
     own = repo / "imagebuild" / "components" / "rccl_tuner"
     package = repo / "imagebuild"
+    registry = package / "components" / "__init__.py"
     return [str(path.relative_to(repo)) for path in sorted(package.rglob("*"))
-            if path.suffix in (".py", ".j2") and path.is_file()
+            if path.suffix in (".py", ".j2") and path.is_file() and path != registry
             and "inimage" not in path.relative_to(package).parts
             and own not in path.parents and "__pycache__" not in path.parts
             and TUNER_WORDS.search(path.read_text(encoding="utf-8"))]

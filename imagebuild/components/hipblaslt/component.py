@@ -27,9 +27,9 @@ from imagebuild.components.shared import (
 from imagebuild.errors import RenderError, short_path
 from imagebuild.lock.model import GitPin, LockedGit, Pin, PinnedSource
 from imagebuild.recipe import grammar
+from imagebuild.recipe.fields import GIT_REF, REPOSITORY, Bool, Obj, Str
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.recipe.rocm_layout import release
-from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Str
 
 NAME = "hipblaslt"
 #: Its source's key in the lock's [tool.imagebuild.sources].

@@ -26,8 +26,8 @@ from imagebuild.components.shared import (
     require_keys,
 )
 from imagebuild.lock.model import GitPin, Pin, PinnedSource
+from imagebuild.recipe.fields import GIT_REF, REPOSITORY, Bool, Obj, Seq, Str, requirement
 from imagebuild.recipe.model import GitSource, Recipe
-from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Seq, Str, requirement
 
 NAME = "megatron"
 #: Its source's key in the lock's [tool.imagebuild.sources].

@@ -30,8 +30,8 @@ from imagebuild.components.shared import (
 from imagebuild.errors import short_path
 from imagebuild.lock.model import ArchivePin, GitPin, LockedArchive, LockedGit, Pin, PinnedSource
 from imagebuild.recipe import grammar
+from imagebuild.recipe.fields import GIT_REF, REPOSITORY, Bool, Obj, Str
 from imagebuild.recipe.model import GitSource, Recipe
-from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Str
 
 NAME = "network_plugin"
 PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]

@@ -23,8 +23,8 @@ from imagebuild.components.protocol import (
 from imagebuild.components.shared import needs_rocm, refused_with_rocm_wheels, require_keys
 from imagebuild.lock.model import LockedArchive, PinnedSource
 from imagebuild.recipe import grammar
+from imagebuild.recipe.fields import Bool, Obj, Str
 from imagebuild.recipe.model import Recipe
-from imagebuild.recipe.spec import Bool, Obj, Str
 
 NAME = "rccl_tuner"
 

@@ -21,8 +21,8 @@ from imagebuild.components.protocol import (
 from imagebuild.components.shared import SOURCE_BUILD_PACKAGES, python_dev_package, require_keys
 from imagebuild.lock.model import IndexSdist, IndexWheels, Pin, PinnedSource
 from imagebuild.recipe import grammar
+from imagebuild.recipe.fields import Bool, Obj, Str, exact_version
 from imagebuild.recipe.model import Recipe
-from imagebuild.recipe.spec import Bool, Obj, Str, exact_version
 
 NAME = "transformer_engine"
 #: repo.radeon.com's TransformerEngine for ROCm (ROCm/TransformerEngine README, "from ROCm

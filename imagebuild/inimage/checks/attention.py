@@ -130,10 +130,15 @@ def measure(backend: Any | None, seq: int, device: torch.device,
         F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
 
     with scope:
-        fwd_s, fwd_iters = calibrated_time(forward, device, warmup=3, target_s=0.1,
-                                           min_iters=5, max_iters=100)
-        both_s, both_iters = calibrated_time(forward_backward, device, warmup=3,
-                                             target_s=0.2, min_iters=5, max_iters=100)
+        # A forward+backward timed no slower than the forward alone is the machine's noise
+        # (a loaded host), not a figure: measure the pair again, at most three times.
+        for _ in range(3):
+            fwd_s, fwd_iters = calibrated_time(forward, device, warmup=3, target_s=0.1,
+                                               min_iters=5, max_iters=100)
+            both_s, both_iters = calibrated_time(forward_backward, device, warmup=3,
+                                                 target_s=0.2, min_iters=5, max_iters=100)
+            if both_s > fwd_s:
+                break
     bwd_s = max(both_s - fwd_s, 1e-9)
     return {
         "fwd_ms": round(fwd_s * 1e3, 3), "fwd_bwd_ms": round(both_s * 1e3, 3),
