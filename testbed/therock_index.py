@@ -123,10 +123,13 @@ def make_multi_arch_index(root: Path | str, *, name: str = "whl-next",
                           version: str = "10.1.0", torch_version: str = "2.14.0+rocm10.1.0",
                           targets: tuple[str, ...] = ("gfx90a", "gfx942", "gfx950"),
                           python_tag: str = "cp312",
-                          pins: Mapping[str, str] | None = None) -> MultiArchIndex:
+                          pins: Mapping[str, str] | None = None,
+                          python_tags: tuple[str, ...] = ()) -> MultiArchIndex:
     """``pins`` (project -> version, torch's included): a whole release's set, each wheel
     with the Requires-Dist the real ones state (testbed.rocm_wheels.rocm_requires);
-    torchvision, like torch, with a device extra and pack per target."""
+    torchvision, like torch, with a device extra and pack per target. ``python_tags``: the
+    CPythons the release is built for, one wheel of each pinned project per tag (AMD builds
+    a release for several: cp311 to cp314); default ``python_tag`` alone."""
     root = Path(root)
     whole_set = pins is not None
     pins = dict(pins or {"torch": torch_version})
@@ -161,9 +164,10 @@ def make_multi_arch_index(root: Path | str, *, name: str = "whl-next",
             requires.append(f"torch=={pins['torch']}")
         files = ({"torch/__init__.py": _torch_init(pinned, version).encode()}
                  if project == "torch" else None)
-        make_wheel(index / project, project, pinned, python_tag, requires=requires,
-                   provides_extras=[f"device-{t}" for t in targets]
-                   if project in ("torch", "torchvision") else (), files=files)
+        for tag in python_tags or (python_tag,):
+            make_wheel(index / project, project, pinned, tag, requires=requires,
+                       provides_extras=[f"device-{t}" for t in targets]
+                       if project in ("torch", "torchvision") else (), files=files)
     return MultiArchIndex(root, name, version, pins["torch"], tuple(targets))
 
 

@@ -31,7 +31,8 @@ class Affected:
 
     def matrix(self) -> dict[str, list[dict[str, str]]]:
         """The GitHub Actions matrix: ``strategy.matrix: ${{ fromJSON(...) }}``."""
-        return {"include": [{"recipe": r.name, "rocm": r.rocm or "cpu"} for r in self.recipes]}
+        return {"include": [{"recipe": r.name, "rocm": r.rocm or "cpu", "python": r.python}
+                            for r in self.recipes]}
 
 
 def affected_recipes(inputs: Sequence[RecipeInputs], changed: Iterable[str],

@@ -96,7 +96,8 @@ def _matrix_job(config: CIConfig, name: str, runner: Sequence[str], condition: s
     if config.github.max_parallel:
         strategy["max-parallel"] = config.github.max_parallel
     strategy["matrix"] = MATRIX
-    job: dict[str, Any] = {"name": f"{name} ${{{{ matrix.recipe }}}}",
+    job: dict[str, Any] = {"name": f"{name} ${{{{ matrix.recipe }}}} "
+                                   "(Python ${{ matrix.python }})",
                            "needs": needs[0] if len(needs) == 1 else needs,
                            "if": condition, "runs-on": _runs_on(runner)}
     job["timeout-minutes"] = (hours or config.timeout_hours) * 60

@@ -118,12 +118,14 @@ def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig,
         needs: list[dict[str, Any]] = [{"job": "imagebuild:check", "optional": True}]
         if item.name in waiting:
             needs.append({"job": "imagebuild:hipblaslt", "optional": True})
+        # the matrix's axes, as GitHub's carries them: the ROCm version and the Python
+        axes = {"RECIPE": item.name, "ROCM": item.rocm or "cpu", "PYTHON": item.python}
         pipeline[f"imagebuild:build:{item.name}"] = {
-            "extends": ".imagebuild:build", "variables": {"RECIPE": item.name},
+            "extends": ".imagebuild:build", "variables": axes,
             "needs": needs, "rules": rules}
         built = {"job": f"imagebuild:build:{item.name}", "artifacts": True}
         pipeline[f"imagebuild:validate:{item.name}"] = {
-            "extends": ".imagebuild:validate", "variables": {"RECIPE": item.name},
+            "extends": ".imagebuild:validate", "variables": axes,
             "needs": [built], "rules": rules}
         if config.promote:
             pipeline[f"imagebuild:promote:{item.name}"] = {

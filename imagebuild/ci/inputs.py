@@ -27,6 +27,9 @@ class RecipeInputs:
 
     name: str
     rocm: str | None
+    #: The image's Python: with the ROCm version, the matrix's axes (a TheRock line has
+    #: a recipe per Python its index builds for).
+    python: str
     #: Project-relative paths; ``dir/**`` stands for everything below dir.
     paths: tuple[str, ...]
 
@@ -45,7 +48,8 @@ def recipe_inputs(recipes: Iterable[Recipe], project: Path) -> tuple[RecipeInput
         paths = [_relative(source, project, problems) for source in recipe.sources]
         paths += [_relative(lock_path(recipe), project, problems),
                   f"dockerfiles/{recipe.name}/**", f"envs/{recipe.name}.toml"]
-        out.append(RecipeInputs(recipe.name, recipe.rocm, tuple(dict.fromkeys(paths))))
+        out.append(RecipeInputs(recipe.name, recipe.rocm, recipe.python,
+                                tuple(dict.fromkeys(paths))))
     if problems:
         raise RecipeError(problems)
     return tuple(out)

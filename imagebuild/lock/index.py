@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -303,6 +305,23 @@ class WheelIndex:
             return min(ranked)[3]
         raise WheelIndexError(self._missing_message(name, version, python, platform,
                                                     same_project))
+
+    def pythons_for(self, name: str, version: str, candidates: Iterable[str] = (),
+                    platform: str = "linux_x86_64") -> tuple[str, ...]:
+        """The CPython versions (``3.13``) with a wheel of exactly ``name==version`` on
+        ``platform``: each one some file of the project names (``cp313``), and each of
+        ``candidates``, that a file of that version installs on (an abi3 or py3 wheel
+        serves every one)."""
+        try:
+            wanted = Version(version)
+        except InvalidVersion:
+            return ()
+        files = [f for f in self.files_for(name) if f.version == wanted]
+        named = {f"{int(t.interpreter[2])}.{t.interpreter[3:]}" for f in files
+                 for t in f.tags if re.fullmatch(r"cp3\d+", t.interpreter)}
+        served = [python for python in {*named, *candidates}
+                  if any(f.tags & set(supported_tags(python, platform)) for f in files)]
+        return tuple(sorted(served, key=_python_version))
 
     def _missing_message(self, name: str, version: str, python: str, platform: str,
                          same_project: list[IndexFile]) -> str:

@@ -25,6 +25,8 @@ from imagebuild.recipe.model import ROCM_SELECTOR, Recipe
 TOOL_KEY = "imagebuild"
 #: [tool.imagebuild] key of the lock's SOURCE_DATE_EPOCH.
 EPOCH_KEY = "source-date-epoch"
+#: [tool.imagebuild] key of the Pythons the wheel index has every pinned wheel for.
+INDEX_PYTHONS_KEY = "index-pythons"
 
 
 def lock_path(recipe: Recipe) -> Path:
@@ -95,6 +97,7 @@ def _parse(path: Path, data: dict[str, Any]) -> Lock:
         selector=selector,
         gpu_family=tool.get("gpu-family"),
         device_extras=tuple(tool.get("device-extras", ())),
+        index_pythons=tuple(str(p) for p in tool.get(INDEX_PYTHONS_KEY, ())),
         sdists=tuple(sdists),
         sources={key: _source(key, entry) for key, entry in tool.get("sources", {}).items()},
     )
@@ -119,15 +122,19 @@ def _epoch(value: Any) -> int | None:
 
 def lock_text(recipe: Recipe, packages: list[dict[str, Any]], *, base_digest: str,
               wheel_index: str, sources: Mapping[str, LockedSource] | None = None,
-              source_date_epoch: int | None = None) -> str:
+              source_date_epoch: int | None = None,
+              index_pythons: tuple[str, ...] = ()) -> str:
     """The whole lock file: header, PEP 751 document (``packages`` as pylock entries, each
     with one wheel, or the ROCm selector's sdist) and the ``[tool.imagebuild]`` pins.
 
     ``source_date_epoch`` defaults to now: the moment the pins were chosen (see
-    imagebuild.lock.epoch for why that time).
+    imagebuild.lock.epoch for why that time). ``index_pythons``: the Pythons the wheel index
+    has every pinned wheel for (imagebuild.lock.resolve.served_pythons).
     """
     tool = tool_table(recipe, base_digest, sources or {})
     tool["wheel-index"] = wheel_index
+    if index_pythons:
+        tool[INDEX_PYTHONS_KEY] = list(index_pythons)
     tool[EPOCH_KEY] = int(time.time()) if source_date_epoch is None else source_date_epoch
     document: dict[str, Any] = {
         "lock-version": "1.0",

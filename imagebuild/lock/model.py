@@ -119,6 +119,9 @@ class Lock:
     gpu_family: str | None = None
     #: ROCm from a multi-arch index: the extras that selected device code (device-gfx942).
     device_extras: tuple[str, ...] = ()
+    #: The Pythons the wheel index has every pinned wheel for (``index-pythons``; empty in
+    #: locks written before it was recorded).
+    index_pythons: tuple[str, ...] = ()
     #: Source archives of the wheel index built in the image (TransformerEngine's PyTorch
     #: extension).
     sdists: tuple[LockedWheel, ...] = ()

@@ -84,6 +84,7 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
     pins = [pin for component, section in components.enabled(recipe)
             for pin in component.pins(section, recipe)]
     index_wheels = tuple(p for pin in pins if isinstance(pin, IndexWheels) for p in pin.pins)
+    index_pythons = served_pythons(recipe, index, recipe.wheels.pinned + index_wheels)
     with tempfile.TemporaryDirectory(prefix="imagebuild-lock-") as tmp:
         links = Path(tmp) / "find-links"
         links.mkdir()
@@ -136,10 +137,35 @@ def lock_recipe(recipe: Recipe, options: LockOptions | None = None,
 
     def render(epoch: int | None) -> str:
         return lock_text(recipe, packages, base_digest=base_digest, wheel_index=index_url,
-                         sources=sources, source_date_epoch=epoch)
+                         sources=sources, source_date_epoch=epoch, index_pythons=index_pythons)
 
     write_all([GeneratedFile(path, relock_text(path, render), f"imagebuild lock {recipe.name}")])
     return read_lock(path)
+
+
+def served_pythons(recipe: Recipe, index: WheelIndex, pins: tuple[tuple[str, str], ...]
+                   ) -> tuple[str, ...]:
+    """The Pythons the index has every pinned wheel for (``[tool.imagebuild]
+    index-pythons``): AMD's indexes build each release for several (TheRock's for 3.11 to
+    3.14), and a recipe per Python is locked against the same index. A recipe whose Python
+    is not among them is refused here, naming what the index does serve; a pin with no file
+    at all is left to the index's own message (the closest files)."""
+    named = {python for name, version in pins for python in index.pythons_for(name, version)}
+    candidates = sorted(named | {recipe.python})
+    served = {(name, version): index.pythons_for(name, version, candidates)
+              for name, version in pins}
+    common = [p for p in candidates if all(p in pythons for pythons in served.values())]
+    missing = [f"{name}=={version} (for Python {', '.join(pythons)})"
+               for (name, version), pythons in served.items()
+               if pythons and recipe.python not in pythons]
+    if missing:
+        raise LockError(
+            f"{recipe.name}: python {recipe.python}: {index.url} has no wheel of "
+            + "; ".join(missing) + ". The index serves every pin for Python "
+            + (", ".join(common) or "none"),
+            hint=f"set the recipe's python (and a base image with it) to one of those, or pin "
+                 f"versions the index builds for Python {recipe.python}")
+    return tuple(common) if named else ()
 
 
 def _source_archives(sdists: list[IndexSdist], index: WheelIndex, cache: DownloadCache,

@@ -115,6 +115,7 @@ def _template_context(plan: BuildPlan) -> dict[str, Any]:
     uv_lines = []
     for arch, url, sha in UV_WHEELS:
         uv_lines += [f"{arch} {shell_quote(url)} \\", f"{sha} \\"]
+    uv_lines[-1] = uv_lines[-1].removesuffix(" \\")  # the step's last line
     return {
         "syntax": recipe.dockerfile_syntax,
         "header": header(inputs, command=f"imagebuild render {recipe.name}"),

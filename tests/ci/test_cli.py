@@ -79,7 +79,8 @@ def test_added_recipe_appears_in_both_matrices(git_project: Path, cli) -> None:
     commit_all(project, "add rocm 9.9.9")
     code, out, err = cli("ci", "affected", "--base", base)
     assert code == 0
-    assert json.loads(out) == {"include": [{"recipe": "rocm-9.9.9", "rocm": "9.9.9"}]}
+    assert json.loads(out) == {"include": [{"recipe": "rocm-9.9.9", "rocm": "9.9.9",
+                                            "python": "3.12"}]}
     assert "rocm-9.9.9: recipes/rocm-9.9.9.yaml changed" in err
 
 
@@ -97,7 +98,8 @@ def test_affected_follows_parents_and_writes_github_output(
     assert code == 0
     names = [entry["recipe"] for entry in json.loads(out)["include"]]
     assert names == ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
-                     "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]
+                     "rocm-7.1.1", "rocm-7.14.1", "rocm-7.14.1-py3.13", "rocm-7.14.1-py3.14",
+                     "rocm-7.2.4"]
     lines = output.read_text().splitlines()
     assert lines[0] == "earlier=1" and lines[2] == "any=true"
     assert json.loads(lines[1].removeprefix("matrix=")) == json.loads(out)
@@ -133,14 +135,14 @@ def test_renamed_recipe_counts_on_both_sides(git_project: Path, cli) -> None:
 def test_unknown_base_builds_everything(git_project: Path, cli, base: str, why: str) -> None:
     code, out, err = cli("ci", "affected", "--base", base)
     assert code == 0
-    assert len(json.loads(out)["include"]) == 7
+    assert len(json.loads(out)["include"]) == 9
     assert why in err
 
 
 def test_requested_recipes(git_project: Path, cli) -> None:
     code, out, _ = cli("ci", "affected", "--recipes", "rocm-7.1.1, rocm-6.4.4")
     assert [e["recipe"] for e in json.loads(out)["include"]] == ["rocm-7.1.1", "rocm-6.4.4"]
-    assert len(json.loads(cli("ci", "affected", "--recipes", "all")[1])["include"]) == 7
+    assert len(json.loads(cli("ci", "affected", "--recipes", "all")[1])["include"]) == 9
     code, _, err = cli("ci", "affected", "--recipes", "rocm-7.1")
     assert code == 2
     assert err.startswith("error: unknown recipe(s) rocm-7.1; known: rocm-10.1.0, rocm-6.4.4")

@@ -81,6 +81,8 @@ def test_github_default_workflow(project: Path) -> None:
         assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
         assert job["strategy"]["fail-fast"] is False
         assert job["env"]["RECIPE"] == "${{ matrix.recipe }}"
+        # the Python axis: each matrix entry's job says its Python
+        assert job["name"].endswith("${{ matrix.recipe }} (Python ${{ matrix.python }})")
     assert build["timeout-minutes"] == 360
     assert "imagebuild ci affected" in all_steps_text(plan)
     assert "imagebuild ci --check" in all_steps_text(plan)
@@ -130,7 +132,7 @@ def test_github_default_workflow(project: Path) -> None:
 def test_gitlab_jobs_per_recipe_with_its_parents(project: Path) -> None:
     data = gitlab(render(project))
     names = ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1",
-             "rocm-7.14.1", "rocm-7.2.4"]
+             "rocm-7.14.1", "rocm-7.14.1-py3.13", "rocm-7.14.1-py3.14", "rocm-7.2.4"]
     for step in ("build", "validate", "promote"):
         assert sorted(k for k in data if k.startswith(f"imagebuild:{step}:")) == \
             [f"imagebuild:{step}:{name}" for name in names]
@@ -141,7 +143,11 @@ def test_gitlab_jobs_per_recipe_with_its_parents(project: Path) -> None:
                          "envs/rocm-7.0.2.toml"]
     assert "imagebuild/**/*" in paths and "ci/config.yaml" in paths
     assert not any("rocm-6.4.4" in p for p in paths)
-    assert build["variables"] == {"RECIPE": "rocm-7.0.2"}
+    # the matrix's axes: the ROCm version and the Python
+    assert build["variables"] == {"RECIPE": "rocm-7.0.2", "ROCM": "7.0.2", "PYTHON": "3.12"}
+    assert validate["variables"] == build["variables"]
+    assert data["imagebuild:build:rocm-7.14.1-py3.14"]["variables"] == {
+        "RECIPE": "rocm-7.14.1-py3.14", "ROCM": "7.14.1", "PYTHON": "3.14"}
     assert build["rules"][0] == {"if": '$IMAGEBUILD_ALL == "true"'}
     assert validate["rules"] == build["rules"]
     assert validate["needs"] == [{"job": "imagebuild:build:rocm-7.0.2", "artifacts": True}]
@@ -286,18 +292,24 @@ def test_unsafe_recipe_file_name_is_refused(project: Path) -> None:
 
 @pytest.mark.parametrize("changed, expected", [
     ("recipes/_common.yaml", ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
-                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]),
+                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.14.1-py3.13",
+                              "rocm-7.14.1-py3.14", "rocm-7.2.4"]),
     # the TheRock lines share their own parent
-    ("recipes/_therock.yaml", ["rocm-10.1.0", "rocm-7.14.1"]),
+    ("recipes/_therock.yaml", ["rocm-10.1.0", "rocm-7.14.1", "rocm-7.14.1-py3.13",
+                               "rocm-7.14.1-py3.14"]),
+    # a recipe per Python extends the line's recipe
+    ("recipes/rocm-7.14.1.yaml", ["rocm-7.14.1", "rocm-7.14.1-py3.13", "rocm-7.14.1-py3.14"]),
     # the Swiss AI recipe extends rocm-7.0.2
     ("recipes/rocm-7.0.2.yaml", ["rocm-7.0.2", "rocm-7.0.2-swiss-ai"]),
     ("recipes/pylock.rocm-6.4.4.toml", ["rocm-6.4.4"]),
     ("dockerfiles/rocm-7.1.1/Dockerfile", ["rocm-7.1.1"]),
     ("envs/rocm-7.1.1.toml", ["rocm-7.1.1"]),
     ("imagebuild/render.py", ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
-                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]),
+                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.14.1-py3.13",
+                              "rocm-7.14.1-py3.14", "rocm-7.2.4"]),
     ("ci/config.yaml", ["rocm-10.1.0", "rocm-6.4.4", "rocm-7.0.2", "rocm-7.0.2-swiss-ai",
-                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.2.4"]),
+                              "rocm-7.1.1", "rocm-7.14.1", "rocm-7.14.1-py3.13",
+                              "rocm-7.14.1-py3.14", "rocm-7.2.4"]),
     ("README.md", []),
     ("dockerfiles/rocm-7.1.1.orig", []),
     ("ci/github/imagebuild.yml", []),
@@ -310,6 +322,10 @@ def test_changed_paths_map_to_recipes(project: Path, changed: str,
     result = affected_recipes(inputs, [changed], load_ci_config(project))
     assert [r.name for r in result.recipes] == expected
     assert [entry["recipe"] for entry in result.matrix()["include"]] == expected
+    # the matrix carries each recipe's Python beside its ROCm version
+    pythons = {r.name: r.python for r in recipes}
+    assert all(entry["python"] == pythons[entry["recipe"]]
+               for entry in result.matrix()["include"])
 
 
 def test_the_hipblaslt_compile_job_states_and_gets_what_it_needs(project: Path) -> None:

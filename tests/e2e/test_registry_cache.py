@@ -15,8 +15,8 @@ Swiss AI fixture bundle (as in test_training_stack.py), served by git daemon.
 3. On an empty runner, Megatron-LM pinned to the parent commit (and re-locked): imagebuild's
    own stage plan says which stages changed; the stage table shows each unchanged stage
    taken from the registry and a step built in each changed one. The re-lock moves the
-   lock's SOURCE_DATE_EPOCH, which the python stage declares before installing the venv,
-   so python counts as changed too (its build arguments).
+   lock's SOURCE_DATE_EPOCH; the python stage never reads it (the final stage dates the
+   venv as it copies it), so the venv's install comes from the registry too.
 """
 
 from __future__ import annotations
@@ -154,6 +154,11 @@ def test_a_megatron_pin_change_rebuilds_only_the_stages_that_changed(runs: dict)
                     f"steps {runs['changed']['stages'].get(stage)}"
                     for stage, c in plan.items()))
     assert not plan["toolchain"].rebuilds and plan["megatron"].rebuilds
+    # the re-lock's new epoch leaves the venv's install alone: imported, not built
+    assert not plan["python"].rebuilds
+    python = runs["changed"]["stages"]["python"]
+    assert not python["built"] and any("uv pip sync" in step or "imagebuild-uv" in step
+                                       for step in python["imported"] + python["cached"])
     assert plan["megatron"].why == "its instructions or build args changed"
     for stage, row in runs["changed"]["stages"].items():
         if plan[stage].rebuilds:

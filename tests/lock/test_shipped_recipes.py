@@ -87,14 +87,22 @@ def test_the_therock_lines_are_shipped() -> None:
     assert any(name.startswith("rocm-10.") for name in MULTI_ARCH), MULTI_ARCH
 
 
+def test_the_7_14_line_has_a_recipe_per_python() -> None:
+    pythons = {load_recipe(str(ROOT / "recipes" / f"{name}.yaml")).python
+               for name in MULTI_ARCH if name.startswith("rocm-7.14.")}
+    assert pythons == {"3.12", "3.13", "3.14"}, pythons
+
+
 @pytest.mark.parametrize("name", MULTI_ARCH)
 def test_shipped_therock_recipe_locks_against_a_multi_arch_fixture_index(
         name: str, tmp_path: Path, served: IndexServer,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Its pins against an index shaped like AMD's multi-arch one (testbed.therock_index:
     torch and torchvision with a device extra per target, device packs for more targets
-    than the recipe's, the selector sdist, published hashes), served under the recipe's
-    own index path: only the recipe's targets' device code is locked."""
+    than the recipe's, the selector sdist, published hashes, each wheel built for CPython
+    3.12, 3.13 and 3.14), served under the recipe's own index path: only the recipe's
+    targets' device code is locked, and the wheels of the recipe's own Python (a recipe per
+    Python on these lines)."""
     path = copy_project(tmp_path, name)
     monkeypatch.setenv("IMAGEBUILD_PROJECT", str(path.parents[1]))
     recipe = load_recipe(str(path))
@@ -102,7 +110,7 @@ def test_shipped_therock_recipe_locks_against_a_multi_arch_fixture_index(
     index_path = urlsplit(recipe.wheels.index_url).path.strip("/")
     sdk = make_multi_arch_index(served.directory, name=index_path, version=recipe.rocm or "",
                                 targets=("gfx90a", "gfx942", "gfx950", "gfx1100"),
-                                pins=pins)
+                                pins=pins, python_tags=("cp312", "cp313", "cp314"))
     make_pypi_index(served.directory / "simple",
                     [*pypi_requirements(pins), *recipe.wheels.extra])
     index_url = served.url_for(f"{index_path}/")
@@ -114,6 +122,9 @@ def test_shipped_therock_recipe_locks_against_a_multi_arch_fixture_index(
         assert wheel is not None and wheel.version == version, project
         filename = wheel.url.rsplit("/", 1)[-1].replace("%2B", "+")
         assert wheel.sha256 == sha256_of(sdk.index_dir / project / filename)
+        tag = "cp" + recipe.python.replace(".", "")
+        assert f"-{tag}-{tag}-" in filename, (project, filename)
+    assert lock.index_pythons == ("3.12", "3.13", "3.14")
     targets = [t.split(":")[0] for t in recipe.gpu_targets]
     devices = {w.name for w in lock.wheels if "-device-" in w.name}
     assert devices == {f"{prefix}-{t}" for t in targets for prefix in (

@@ -9,12 +9,14 @@ change rebuilds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from imagebuild.lock.model import Lock, LockedWheel
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.render.context import build_context
@@ -28,6 +30,7 @@ from tests.support.render import (
     first_changed,
     parse_dockerfile,
     rebuilt,
+    stages_read,
     write_lock,
 )
 
@@ -35,12 +38,14 @@ from tests.support.render import (
 class Variant:
     """One rendered recipe with its lock and staged build context."""
 
-    def __init__(self, recipe: Recipe, root: Path):
+    def __init__(self, recipe: Recipe, root: Path, adjust: Callable[[Lock], Lock] | None = None):
         # Same lock file name for every variant: the lock's path is part of what is staged.
         lock_file = root / "recipes" / f"pylock.{recipe.name}.toml"
         lock_file.parent.mkdir(parents=True)
         self.recipe = recipe
         self.lock = write_lock(recipe, lock_file)
+        if adjust is not None:
+            self.lock = adjust(self.lock)
         self.context = build_context(plan_for(recipe, self.lock), root / "context").directory
         self.text = render_dockerfile(plan_for(recipe, self.lock))
         self.stages = parse_dockerfile(self.text)
@@ -226,22 +231,68 @@ def test_cpu_recipe_env_change_keeps_the_venv(tmp_path: Path):
 
 def test_a_new_epoch_redates_every_stage_but_recompiles_nothing(tmp_path: Path, rocm: Recipe):
     """A lock of the same pins written at another time has another SOURCE_DATE_EPOCH. The
-    python and final stages are keyed on it (what they write is dated by it); of the plugin,
-    hipBLASLt, rccl-tests and Megatron stages only the last step is, which dates their install trees:
-    their compiles come from the cache (Megatron's reads the re-dated venv through a
-    read-only mount, keyed on its content). The base and the toolchain do not see it."""
+    final stage is keyed on it (what it writes is dated by it, the venv included); of the
+    plugin, hipBLASLt, rccl-tests and Megatron stages only the last step is, which dates
+    their install trees: their compiles come from the cache. The python stage, the venv's
+    install, does not see it (the final stage dates the venv as it copies it), nor do the
+    base and the toolchain."""
     variant = Variant(rocm, tmp_path)
     before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
     after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
-    assert rebuilt(before, after) == {"hipblaslt", "plugin", "rccl-tests", "python", "megatron",
-                                      "final"}
+    assert rebuilt(before, after) == {"hipblaslt", "plugin", "rccl-tests", "megatron", "final"}
     for stage in ("hipblaslt", "plugin", "rccl-tests", "megatron"):
         steps = variant.stages[stage].instructions
         assert first_changed(before[stage], after[stage]) == len(steps), stage
         assert steps[-2] == "ARG SOURCE_DATE_EPOCH" and steps[-1].startswith("RUN find "), stage
-    for stage in ("python", "final"):
-        assert variant.stages[stage].instructions[0] == "ARG SOURCE_DATE_EPOCH", stage
+    assert variant.stages["final"].instructions[0] == "ARG SOURCE_DATE_EPOCH"
     assert_copies_follow_the_epoch(variant, before, after)
+
+
+def python_stages(tmp_path: Path) -> dict[str, Variant]:
+    """The python stage in its three shapes: plain (the CPU recipe), with a component's
+    step (Megatron's python3-config in rocm-7.0.2) and with the ROCm selector built from
+    its sdist (a TheRock recipe, locked with one)."""
+    selector = LockedWheel("rocm", "7.14.1", "https://therock.example.org/rocm-7.14.1.tar.gz",
+                           "5e" * 32, 12_345)
+    return {"plain": Variant(load_recipe("cpu-test", FIXTURES), tmp_path / "plain"),
+            "component": Variant(load_recipe("rocm-7.0.2", REPO), tmp_path / "component"),
+            "selector": Variant(load_recipe("rocm-7.14.1", REPO), tmp_path / "selector",
+                                lambda lock: replace(lock, selector=selector,
+                                                     gpu_family="gfx94X-dcgpu"))}
+
+
+def test_the_venv_install_is_keyed_on_the_locks_packages_not_its_epoch(tmp_path: Path):
+    """A re-lock that only moves the epoch must reuse the venv's install (the torch wheels:
+    GB). Neither the install step nor anything before it in the python stage names the
+    epoch: no ARG declares it (BuildKit puts a declared build arg into every later RUN's
+    key), no step expands it, and its value is nowhere in the stage."""
+    for shape, variant in python_stages(tmp_path).items():
+        steps = variant.stages["python"].instructions
+        install = next(n for n, step in enumerate(steps) if "uv pip sync" in step)
+        seen = "\n".join(steps[:install + 1])
+        assert ("-r /tmp/imagebuild/selector.txt" in steps[install]) == (shape == "selector")
+        assert "ARG" not in [step.split()[0] for step in steps], shape
+        assert "${SOURCE_DATE_EPOCH" not in seen and "$SOURCE_DATE_EPOCH" not in seen, shape
+        assert str(variant.lock.source_date_epoch) not in seen, shape
+        before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
+        after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
+        assert before["python"] == after["python"], shape
+        # What dates the venv is the final stage's copy of it, keyed on the epoch.
+        final = variant.stages["final"].instructions
+        copy = next(n for n, step in enumerate(final, start=1)
+                    if "from=python,source=/opt/venv" in step)
+        assert 'touch -h -d "@${SOURCE_DATE_EPOCH:-0}"' in final[copy - 1], shape
+        assert first_changed(before["final"], after["final"]) <= copy, shape
+        assert not any(step.startswith("COPY --from=python") for step in final), shape
+
+
+def test_the_venv_install_still_follows_its_packages(tmp_path: Path, rocm: Recipe):
+    """The other side: a changed pin re-runs the install (and the final stage's copy)."""
+    before, after = variants(tmp_path, rocm,
+                             with_pin(rocm, "torch", "2.8.0+rocm7.0.2.lw.git12345678"))
+    install = after.index("python", "RUN --mount=type=cache,id=imagebuild-uv")
+    assert first_changed(before.keys["python"], after.keys["python"]) == install
+    assert "final" in rebuilt(before.keys, after.keys)
 
 
 def test_a_new_epoch_reruns_the_final_copies_without_os_packages(tmp_path: Path):
@@ -251,18 +302,18 @@ def test_a_new_epoch_reruns_the_final_copies_without_os_packages(tmp_path: Path)
     assert "apt-get" not in variant.text
     before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
     after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
-    assert rebuilt(before, after) == {"python", "final"}
+    assert rebuilt(before, after) == {"final"}
     assert_copies_follow_the_epoch(variant, before, after)
 
 
 def assert_copies_follow_the_epoch(variant: Variant, before: dict[str, list[str]],
                                    after: dict[str, list[str]]) -> None:
     """A COPY --from is keyed on the copied content, which leaves dates out: the final stage
-    re-runs from a step before its first copy, and no copy is --link (keyed on content
+    re-runs from a step before its first copy (COPY --from or a mount of a stage), and no copy is --link (keyed on content
     alone, it would bring back a tree dated by another epoch)."""
     __tracebackhide__ = True
     final = variant.stages["final"].instructions
-    first_copy = next(n for n, step in enumerate(final, start=1) if "--from=" in step)
+    first_copy = next(n for n, step in enumerate(final, start=1) if stages_read(step))
     assert first_changed(before["final"], after["final"]) < first_copy
     assert not any("--link" in step for stage in variant.stages.values()
                    for step in stage.instructions)

@@ -49,7 +49,9 @@ def test_context_holds_exactly_what_the_dockerfile_reads(tmp_path: Path, cpu):
     text = staged.dockerfile.read_text()
     assert text == render_dockerfile(plan_for(recipe, lock))
     # Every context path the Dockerfile names is staged.
-    named = set(re.findall(r"source=([^,\s]+)", text))
+    mounts = [dict(f.split("=", 1) for f in spec.split(",") if "=" in f)
+              for spec in re.findall(r"--mount=(\S+)", text)]
+    named = {m["source"] for m in mounts if "source" in m and "from" not in m}
     named |= {m for m in re.findall(r"^COPY (\S+) ", text, re.MULTILINE) if not m.startswith("--")}
     for path in named:
         assert (staged.directory / path).exists(), path

@@ -276,16 +276,20 @@ def _manifest(values: HipBlasLtPlan, hip: HipBlasLt, targets: tuple[str, ...],
     final stage's check."""
     if locked is None:
         return {"enabled": True}
-    kit = values.kit
+    kit, build = values.kit, f"{values.kit}/build/release"
     return {
         "enabled": True, "repository": locked.repository, "ref": locked.ref,
         "commit": locked.commit, "subdir": hip.subdir, "gpu_targets": list(targets),
         "clients": hip.clients, "prefix": PREFIX, "library": values.library_dir,
         "bench": values.bench,
+        # What find_exact.py runs and reads under build_dir, in the layout the kit always
+        # has (hipblaslt-tuning-kit.sh: links where the release's own script reads others).
         "tuning_kit": {"root": kit, "find_exact": f"{kit}/utilities/find_exact.py",
-                       "build_dir": f"{kit}/build/release",
+                       "build_dir": build,
+                       "bench": f"{build}/clients/staging/hipblaslt-bench",
+                       "match_table": f"{build}/library/MatchTable.yaml",
                        "usage": f"python {kit}/utilities/find_exact.py CONFIG.yaml "
-                                f"{kit}/build/release OUT"} if values.tuning_kit else None,
+                                f"{build} OUT"} if values.tuning_kit else None,
         "torch": {"version": values.torch_version, "links": values.torch_links,
                   "replaced_in": values.replaces},
         "loaded": None,

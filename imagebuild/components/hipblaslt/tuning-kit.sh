@@ -16,6 +16,9 @@
 # under PREFIX/tuning/build/release, copies the logic YAMLs the table names (and only those)
 # and points the table at the copies, so the source and build trees stay out of the image:
 #   python3 PREFIX/tuning/utilities/find_exact.py tune.yaml PREFIX/tuning/build/release out/
+# Where this release reads other paths, the first layout's are links to them as well (no
+# second copy): a find_exact.py of the older layout (the one users keep beside their
+# traces) and `imagebuild tune gemm --find-exact` run against the same build directory.
 set -eu
 
 src=$(cd "$1" && pwd -P)
@@ -88,5 +91,17 @@ done
 [ "$count" -gt 0 ] || die "MatchTable.yaml names no logic YAML files"
 
 sed -e "s#$src/#$kit/src/#g" "$table" > "$kit_build$table_rel"
+
+# The older layout's path $1 as a relative link to this release's $2, when they differ.
+classic() {
+    [ "$1" = "$2" ] && return 0
+    up=$(dirname "$1" | sed -e 's#^/##' -e 's#[^/][^/]*#..#g')
+    mkdir -p "$(dirname "$kit_build$1")"
+    ln -sf "$up${2}" "$kit_build$1"
+    [ -e "$kit_build$1" ] || die "the link $kit_build$1 does not resolve"
+    echo "hipblaslt-tuning-kit: build/release$1 links build/release$2"
+}
+classic /clients/staging/hipblaslt-bench "$bench_rel"
+classic /library/MatchTable.yaml "$table_rel"
 echo "hipblaslt-tuning-kit: kept hipblaslt-bench (build/release$bench_rel), find_exact.py," \
      "MatchTable.yaml (build/release$table_rel) and $count logic YAML files in $kit"

@@ -126,14 +126,18 @@ def test_kit_lays_out_what_that_releases_find_exact_reads(tmp_path: Path, layout
     root = prefix / "tuning"
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*")
                    if p.is_file() or p.is_symlink())
-    assert files == sorted([
+    classic = LAYOUTS["rocm-6.4"]
+    assert files == sorted({
         "utilities/find_exact.py",
         *(["utilities/fix_yaml_types.py"] if layout == "monorepo" else []),
         f"build/release/{spec['bench']}",
         f"build/release/{spec['table']}",
+        # the older layout, in every kit: links where this release reads other paths
+        f"build/release/{classic['bench']}",
+        f"build/release/{classic['table']}",
         f"src/{LOGIC}/a.yaml",
         f"src/{LOGIC}/b.yaml",
-    ])
+    })
     bench = root / "build/release" / spec["bench"]
     assert bench.is_symlink() and os.readlink(bench) == str(prefix / "bin" / "hipblaslt-bench")
     assert f"(build/release/{spec['table']})" in result.stdout
@@ -146,6 +150,35 @@ def test_kit_lays_out_what_that_releases_find_exact_reads(tmp_path: Path, layout
     assert sorted(p.name for p in out.iterdir()) == ["a.yaml", "b.yaml"]
     if layout == "monorepo":
         assert (out / "a.yaml").read_text().startswith("# fixed\n")
+
+
+def test_the_older_find_exact_runs_against_a_monorepo_kit(tmp_path: Path):
+    """A 7.x image's kit (the monorepo's find_exact.py reads clients/hipblaslt-bench and
+    device-library/MatchTable.yaml) also has the layout the users' find_exact.py and
+    `tune gemm --find-exact` read: <build dir>/clients/staging/hipblaslt-bench and
+    <build dir>/library/MatchTable.yaml, links to the same files (no second copy)."""
+    src = build_tree(tmp_path, "monorepo")
+    prefix = tmp_path / "opt" / "hipblaslt"
+    install_bench(prefix)
+    result = kit(src, prefix)
+    assert result.returncode == 0, result.stderr
+    release = prefix / "tuning" / "build" / "release"
+    bench = release / "clients" / "staging" / "hipblaslt-bench"
+    table = release / "library" / "MatchTable.yaml"
+    assert os.readlink(bench) == "../../clients/hipblaslt-bench"
+    assert os.readlink(table) == "../device-library/MatchTable.yaml"
+    assert bench.resolve() == (prefix / "bin" / "hipblaslt-bench").resolve()
+    assert "build/release/library/MatchTable.yaml links build/release/device-library/" \
+        "MatchTable.yaml" in result.stdout
+    # the older release's script, in place of the kit's own; the trees deleted
+    older = build_tree(tmp_path / "older", "rocm-6.4") / "utilities" / "find_exact.py"
+    shutil.copy(older, prefix / "tuning" / "utilities" / "find_exact.py")
+    shutil.rmtree(src)
+    shutil.rmtree(tmp_path / "older")
+    run = find_exact(prefix, tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["installed-bench", "3"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.yaml", "b.yaml"]
 
 
 def test_kit_copies_the_build_trees_bench_when_none_was_installed(tmp_path: Path):

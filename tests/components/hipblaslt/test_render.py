@@ -82,7 +82,7 @@ def test_the_final_stage_proves_one_library_after_the_manifest(name: str):
     check = next(i for i, text in enumerate(runs) if "hipblaslt-check.py final" in text)
     link = next(i for i, text in enumerate(runs) if "hipblaslt-check.py link" in text)
     copy_manifest = next(i for i, text in enumerate(runs) if text.startswith("COPY manifest"))
-    copy_venv = next(i for i, text in enumerate(runs) if "--from=python /opt/venv" in text)
+    copy_venv = next(i for i, text in enumerate(runs) if "from=python,source=/opt/venv" in text)
     assert copy_venv < link < copy_manifest < check
     command = run_instruction(final, "hipblaslt-check.py final")
     assert re.fullmatch(r"/opt/venv/bin/python /tmp/imagebuild/hipblaslt-check\.py final "
@@ -120,6 +120,62 @@ def test_the_build_context_and_manifest_carry_the_decision(tmp_path: Path):
     # the check staged as a directory Python runs, with the helpers the scripts share
     assert {"hipblaslt-check.py/__main__.py", "hipblaslt-check.py/buildtime.py",
             "hipblaslt-tuning-kit.sh"} <= set(staged.files)
+
+
+@pytest.mark.parametrize("name", ["rocm-6.4.4", "rocm-7.0.2"])
+def test_the_stage_keeps_the_tuning_kit_in_what_the_final_stage_copies(name: str):
+    """After `cmake --install` and before the dating step, the kit script lays out
+    find_exact.py's tree under the prefix, which the final stage copies whole."""
+    steps = stages(name)["hipblaslt"].instructions
+    install = next(i for i, step in enumerate(steps) if "cmake --install build/release" in step)
+    kit = next(i for i, step in enumerate(steps) if "hipblaslt-tuning-kit.sh" in step)
+    epoch = steps.index("ARG SOURCE_DATE_EPOCH")
+    assert install < kit < epoch
+    assert run_instruction(stages(name)["hipblaslt"], "hipblaslt-tuning-kit.sh") == \
+        "sh /tmp/imagebuild/hipblaslt-tuning-kit.sh " + \
+        ("/usr/src/hipblaslt" if name == "rocm-6.4.4" else
+         "/usr/src/hipblaslt/projects/hipblaslt") + " /opt/hipblaslt"
+    assert "COPY --from=hipblaslt /opt/hipblaslt /opt/hipblaslt" in stages(name)["final"].instructions
+
+
+def test_the_manifest_names_find_exacts_layout_as_the_image_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The manifest's tuning kit names find_exact.py, the build directory and, under it, the
+    bench and match table find_exact.py uses; the in-image reader
+    (inimage.tuning.find_exact.find_exact_layout) finds the same paths in it."""
+    import json
+
+    from imagebuild.inimage.tuning.find_exact import find_exact_layout
+
+    recipe = load_recipe("rocm-7.0.2", REPO)
+    kit = manifest(plan_for(recipe, write_lock(recipe, tmp_path / "pylock.toml")))[
+        "hipblaslt"]["tuning_kit"]
+    build = "/opt/hipblaslt/tuning/build/release"
+    assert kit == {"root": "/opt/hipblaslt/tuning",
+                   "find_exact": "/opt/hipblaslt/tuning/utilities/find_exact.py",
+                   "build_dir": build,
+                   "bench": f"{build}/clients/staging/hipblaslt-bench",
+                   "match_table": f"{build}/library/MatchTable.yaml",
+                   "usage": "python /opt/hipblaslt/tuning/utilities/find_exact.py "
+                            f"CONFIG.yaml {build} OUT"}
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"hipblaslt": {"tuning_kit": kit}}))
+    for variable in ("IMAGEBUILD_FIND_EXACT", "IMAGEBUILD_HIPBLASLT_BUILD_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("IMAGEBUILD_MANIFEST", str(path))
+    layout = find_exact_layout()
+    assert layout.origin == "the image manifest's tuning kit"
+    assert (str(layout.script), str(layout.build_dir)) == (kit["find_exact"], kit["build_dir"])
+    assert (str(layout.bench), str(layout.match_table)) == (kit["bench"], kit["match_table"])
+
+
+def test_without_the_kit_the_manifest_names_none(tmp_path: Path):
+    recipe = load_recipe("rocm-7.0.2", REPO)
+    hip = recipe.components["hipblaslt"]
+    off = recipe.with_component("hipblaslt", replace(hip, tuning_kit=False))  # type: ignore[arg-type]
+    data = manifest(plan_for(off, write_lock(off, tmp_path / "pylock.toml")))["hipblaslt"]
+    assert data["tuning_kit"] is None
+    assert "hipblaslt-tuning-kit.sh" not in render_dockerfile(plan_for(off, None))
 
 
 def test_an_unpinned_torch_cannot_decide(tmp_path: Path):
