@@ -259,7 +259,8 @@ def _squash(prepared: PreparedBuild, job: ImageJob, image: ImageRef, source: Ima
         recipe = prepared.recipe
         artifacts.append(write_edf_beside(
             sqsh, job.name, options.site, rocm_version=recipe.rocm,
-            workdir=source.config().workdir or None, regenerate=job.edf_regenerate))
+            workdir=source.config().workdir or None, regenerate=job.edf_regenerate,
+            network=prepared.plan.image_network))
     write_record(output_dir, job.name, key, artifacts)
     return tuple(artifacts), True
 

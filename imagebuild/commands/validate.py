@@ -161,10 +161,19 @@ def _runner_actions() -> list[Any]:
     return [a for a in parser._actions if a.dest not in _HOST_DESTS]
 
 
-def site_defaults(args: argparse.Namespace) -> SiteDefaults:
-    """Launch values from the flags, the site profile (--site) and the built-in defaults."""
+def site_defaults(args: argparse.Namespace, recipe: str | None = None) -> SiteDefaults:
+    """Launch values from the flags, the site profile (--site) and the built-in defaults;
+    with the target's ``recipe``, the site's network variables fitted to what its image
+    carries (no NCCL_NET the image cannot load)."""
     site: SiteProfile | None = load_site(args.site, project_dir()) if args.site else None
-    return resolve(vars(args), site)
+    network = None
+    if site is not None and recipe is not None:
+        from imagebuild.recipe.load import load_recipe
+        from imagebuild.render.plan import plan_for
+
+        network = plan_for(load_recipe(recipe, project_dir()), None,
+                           project_dir()).image_network
+    return resolve(vars(args), site, network)
 
 
 def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) -> SbatchSpec:
@@ -291,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
     if launcher == "sbatch" and not args.cpu and args.gpus == "auto" and gpus == "none":
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
         gpus = "rocm"
-    defaults = site_defaults(args)
+    defaults = site_defaults(args, target.recipe)
     engine = None  # opened here for an image, and the run uses the same one
     if target.ref and launcher in ("docker", "podman"):
         from imagebuild.commands.engine_choice import open_engine_saying

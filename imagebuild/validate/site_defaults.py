@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagebuild.recipe.image_network import ImageNetwork
 from imagebuild.recipe.site import SiteProfile
 from imagebuild.recipe.site_runtime import Bind, loader_dir, site_binds, site_env
 
@@ -64,8 +65,10 @@ class SiteDefaults:
                 if getattr(self, name).source.startswith("site")]
 
 
-def resolve(flags: Mapping[str, Any], site: SiteProfile | None) -> SiteDefaults:
-    """Launch values from the command line (``None``: not given) and the site profile."""
+def resolve(flags: Mapping[str, Any], site: SiteProfile | None,
+            network: ImageNetwork | None = None) -> SiteDefaults:
+    """Launch values from the command line (``None``: not given) and the site profile;
+    the site's environment fitted to ``network``, what the image carries (None: unknown)."""
     where = f"site {site.name}" if site else "default"
 
     def pick(name: str, site_value: Any) -> Resolved:
@@ -88,7 +91,7 @@ def resolve(flags: Mapping[str, Any], site: SiteProfile | None) -> SiteDefaults:
         bind_host_rocm=pick("bind_host_rocm", site.apptainer.bind_host_rocm if site else None),
         expect_net_provider=pick("expect_net_provider",
                                  site.network.provider if site else None),
-        env=site_env(site),
+        env=site_env(site, network),
         binds=site_binds(site),
         library_dir=loader_dir(site),
         site=site.name if site else None,

@@ -30,6 +30,7 @@ from imagebuild.components.shared import (
 from imagebuild.errors import short_path
 from imagebuild.lock.model import ArchivePin, GitPin, LockedArchive, LockedGit, Pin, PinnedSource
 from imagebuild.recipe import grammar
+from imagebuild.recipe.image_network import NetPlugin, release_tuple
 from imagebuild.recipe.model import GitSource, Recipe
 from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Str
 
@@ -190,7 +191,11 @@ def plan(context: PlanContext) -> ComponentPlan:
         manifest=_manifest(values, plugin, recipe.sites, locked, archive),
         sources=sources,
         sizes=((values.prefix, "network plugin + libfabric"),
-               (LIBFABRIC_PREFIX, "network plugin + libfabric")))
+               (LIBFABRIC_PREFIX, "network plugin + libfabric")),
+        net_plugin=NetPlugin(
+            kind=plugin.kind, library=values.library,
+            release=plugin.source.ref.lstrip("v") if release_tuple(plugin.source.ref) else None,
+            libfabric=plugin.libfabric.version))
 
 
 def _manifest(values: PluginPlan, plugin: NetworkPlugin, sites: tuple[str, ...],
