@@ -192,6 +192,7 @@ def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) 
                       report_path=str(Path(args.report).resolve()) if args.report else None,
                       mount_checks=args.mount_checks, doctor=getattr(args, "doctor", True),
                       screen=bool(getattr(args, "screen", False)),
+                      single_node_srun=defaults.single_node_srun,
                       screen_args=tuple(shlex.split(getattr(args, "screen_args", "") or "")))
 
 

@@ -67,6 +67,8 @@ class ImageNetwork:
     plugin: NetPlugin | None
     #: libibverbs and its providers are installed (RCCL's IB transport can find an HCA).
     verbs: bool
+    #: The image's ROCm release (None: a CPU image): picks a site's settings by release.
+    rocm: str | None = None
 
     def loadable(self, site_injects_plugin: bool = False) -> tuple[str, ...]:
         """The NCCL_NET values a job with this image can name."""
@@ -88,3 +90,34 @@ def has_verbs(packages: Iterable[str]) -> bool:
     """Whether OS packages (``name`` or ``name=version``) give RCCL's IB transport a device."""
     names = {package.split("=", 1)[0] for package in packages}
     return all(name in names for name in VERBS_PACKAGES)
+
+
+#: aws-ofi-nccl's first release whose tuner neither refuses nor crashes on NCCL_ALGO/
+#: NCCL_PROTO and whose DMA-BUF detection works on ROCm 7.x (its 1.20.0 release notes:
+#: "Fixed tuner segfault when NCCL_ALGO or NCCL_PROTO is explicitly set", "Fixed DMA-BUF
+#: support detection and fd retrieval on ROCm 7.x (AMD MI300 and later), which previously
+#: caused domain initialization failures", https://github.com/aws/aws-ofi-nccl/pull/1296;
+#: the refusal of 1.16 was fixed in 1.17.0, https://github.com/aws/aws-ofi-nccl/issues/982).
+PLUGIN_FLOOR = (1, 20, 0)
+PLUGIN_FLOOR_KIND = "aws-ofi-nccl"
+#: The variables that choose RCCL's protocol or algorithm.
+PROTOCOL_VARIABLES = ("NCCL_PROTO", "NCCL_ALGO")
+
+
+def below_floor(plugin: NetPlugin | None, *, variables: Iterable[str] = (),
+                tuner: bool = False) -> str | None:
+    """Why ``plugin`` may not be used with these variables or a tuner plugin in the same
+    image, or None. Only upstream aws-ofi-nccl's history is known (ROCm's aws-ofi-rccl fork
+    has its own); a plugin built from a branch has no release to judge."""
+    if plugin is None or plugin.kind != PLUGIN_FLOOR_KIND or plugin.release_tuple is None:
+        return None
+    if plugin.release_tuple >= PLUGIN_FLOOR:
+        return None
+    set_here = sorted(set(variables) & set(PROTOCOL_VARIABLES))
+    if not set_here and not tuner:
+        return None
+    what = " and ".join(([", ".join(set_here) + " set"] if set_here else [])
+                        + (["a tuner plugin in the image"] if tuner else []))
+    return (f"{plugin.kind} {plugin.release} with {what}: before 1.20.0 its tuner crashes when "
+            "NCCL_ALGO or NCCL_PROTO is set, and its DMA-BUF detection fails on ROCm 7.x on "
+            "MI300 and later (aws-ofi-nccl 1.20.0 release notes)")

@@ -27,6 +27,7 @@ from imagebuild.recipe.site_launch import (
     SlurmSettings,
     parse_launch_settings,
 )
+from imagebuild.recipe.site_rocm import RocmSettings, parse_rocm
 from imagebuild.recipe.site_spec import SITE
 from imagebuild.recipe.spec_check import check_against_spec
 
@@ -37,7 +38,7 @@ _MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
 _ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
 
 _TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric",
-             "container", "network", "slurm", "apptainer", "references", "history"}
+             "container", "network", "slurm", "apptainer", "references", "history", "rocm"}
 _LIBFABRIC_KEYS = {"provided_by", "version", "library_dir"}
 _RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _EDF_KEYS = {"image_dir", "workdir", "writable", "mounts", "env", "annotations",
@@ -103,6 +104,8 @@ class SiteProfile:
     #: The system's validation history (validate --history), as written: ${VAR} and ~
     #: are expanded where the run starts, and the result must be absolute.
     history: str | None = None
+    #: The newest ROCm the site runs and the settings for some releases only.
+    rocm: RocmSettings = field(default_factory=RocmSettings)
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -288,6 +291,7 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         apptainer=launch.apptainer,
         references=text("references", raw.get("references"), required=False) or None,
         history=text("history", raw.get("history"), required=False) or None,
+        rocm=parse_rocm(raw.get("rocm"), problem),
     )
     problems += [p for p in shape if not any(_related(p.key, q.key) for q in problems)]
     if problems:

@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from imagebuild.errors import RenderError
-from imagebuild.recipe.image_network import LIBFABRIC_PREFIXES, PLUGIN_NETWORK, ImageNetwork
+from imagebuild.recipe.image_network import (
+    LIBFABRIC_PREFIXES,
+    PLUGIN_NETWORK,
+    ImageNetwork,
+    below_floor,
+)
 
 if TYPE_CHECKING:
     from imagebuild.recipe.site import SiteProfile
@@ -91,20 +96,25 @@ def site_binds(site: SiteProfile | None) -> tuple[Bind, ...]:
     return site.container.binds if site else ()
 
 
-def site_env(site: SiteProfile | None, network: ImageNetwork | None = None) -> dict[str, str]:
+def site_env(site: SiteProfile | None, network: ImageNetwork | None = None,
+             rocm: str | None = None) -> dict[str, str]:
     """The environment every runtime at the site gets (EDF-only entries excluded), fitted
     to what the image carries (``network``; None: an image of unknown content, the
-    profile's settings as written)."""
-    return fitted_env(site, network)[0]
+    profile's settings as written) and its ROCm release (``network.rocm``, else ``rocm``)."""
+    return fitted_env(site, network, rocm)[0]
 
 
-def fitted_env(site: SiteProfile | None, network: ImageNetwork | None = None
-               ) -> tuple[dict[str, str], tuple[str, ...]]:
+def fitted_env(site: SiteProfile | None, network: ImageNetwork | None = None,
+               rocm: str | None = None) -> tuple[dict[str, str], tuple[str, ...]]:
     """``site_env`` and the profile's variables left out because the image cannot honour
     them (see ``network_fit``)."""
     if site is None:
         return {}, ()
+    rocm = network.rocm if network is not None and network.rocm else rocm
+    refuse_too_new(site, rocm)
     env = {**plugin_env(site, network), **dict(site.container.env)}  # the profile's own win
+    for entry in site.rocm.entries_for(rocm):  # the settings for this ROCm release win
+        env.update(entry.env)
     if site.network.socket_ifname:
         # Bootstrap and rendezvous sockets on the high-speed interfaces. Without
         # GLOO_SOCKET_IFNAME gloo uses the address the host name resolves to, which fails
@@ -113,6 +123,24 @@ def fitted_env(site: SiteProfile | None, network: ImageNetwork | None = None
         env.setdefault("GLOO_SOCKET_IFNAME", site.network.socket_ifname)
     left_out = network_fit(site, network, env)
     return {k: v for k, v in env.items() if k not in left_out}, left_out
+
+
+def refuse_too_new(site: SiteProfile, rocm: str | None, where: str = "") -> None:
+    """RenderError when the image's ROCm is newer than the site's driver runs
+    (``rocm.newest``): such an image fails on the first GPU call there, or worse, runs."""
+    if site.rocm.too_new(rocm):
+        raise RenderError(
+            f"{where}site {site.name} runs ROCm up to {site.rocm.newest}, and the image has "
+            f"ROCm {rocm}" + (f" ({site.rocm.newest_why})" if site.rocm.newest_why else ""),
+            hint=f"use a recipe with ROCm {site.rocm.newest} or older for {site.name}, or "
+                 "drop the site from the recipe's sites")
+
+
+def single_node_srun(site: SiteProfile | None, rocm: str | None) -> tuple[str, ...]:
+    """srun options the site needs for single-node jobs with an image of ``rocm``."""
+    if site is None:
+        return ()
+    return tuple(o for e in site.rocm.entries_for(rocm) for o in e.single_node_srun)
 
 
 def network_fit(site: SiteProfile, network: ImageNetwork | None,
@@ -149,6 +177,10 @@ def network_fit(site: SiteProfile, network: ImageNetwork | None,
             hint=f"set NCCL_NET to one of those, or build the image with what "
                  f"{wanted!r} needs" + (f" (a network plugin for {PLUGIN_NETWORK!r})"
                                          if wanted == PLUGIN_NETWORK else ""))
+    why = below_floor(network.plugin, variables=[k for k in env if k not in dropped])
+    if why:
+        raise RenderError(f"site {site.name} ({site.source}): {why}",
+                          hint="rebuild the image with aws-ofi-nccl v1.20.0 or newer (v1.21.1)")
     return tuple(sorted(dropped))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from imagebuild.recipe import grammar
 from imagebuild.recipe.gpu_targets import unknown_target
 from imagebuild.recipe.schema import to_schema
+from imagebuild.recipe.site_rocm import SPEC as ROCM_SPEC
 from imagebuild.recipe.site_runtime import (
     CPU_BIND,
     DISTRIBUTION,
@@ -108,6 +109,7 @@ SITE = Obj(
                        "appends its figures to (as --history does), an absolute path after "
                        "${VAR} and ~ are expanded, like ${SCRATCH}/imagebuild/history.jsonl",
                        free_text=True, nullable=True),
+        "rocm": ROCM_SPEC,
         "libfabric": Obj(nullable=True, required=("provided_by",), fields={
             "provided_by": Str("site (the site binds its own libfabric) or image",
                                enum=("site", "image")),

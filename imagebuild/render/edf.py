@@ -90,7 +90,8 @@ def edf_mounts(site: SiteProfile) -> list[str]:
     return mounts
 
 
-def edf_env(site: SiteProfile, network: ImageNetwork | None = None) -> dict[str, str]:
+def edf_env(site: SiteProfile, network: ImageNetwork | None = None,
+            rocm: str | None = None) -> dict[str, str]:
     """The site's container environment fitted to the image's network (``network``,
     imagebuild.recipe.site_runtime.fitted_env), its EDF-only entries, and the site-bound
     libfabric directory first on LD_LIBRARY_PATH. ${LD_LIBRARY_PATH} is the image's (the
@@ -98,7 +99,7 @@ def edf_env(site: SiteProfile, network: ImageNetwork | None = None) -> dict[str,
     https://docs.cscs.ch/software/container-engine/edf/#environment-variable-expansion);
     an image that sets none makes the Container Engine stop with an error, not run with the
     current directory on the loader path."""
-    env = _fitted(site, network)[0]
+    env = _fitted(site, network, rocm)[0]
     if site.network.plugin == "site":
         # An empty value unsets the variable in the container
         # (https://docs.cscs.ch/software/container-engine/edf/#env).
@@ -120,16 +121,16 @@ def edf_env(site: SiteProfile, network: ImageNetwork | None = None) -> dict[str,
 def _network_note(site: SiteProfile, network: ImageNetwork | None) -> str:
     if network is None:
         return "image network: unknown (no recipe); the site profile's settings as written"
-    left_out = _fitted(site, network)[1]
+    left_out = _fitted(site, network, network.rocm)[1]
     return network.said() + (f"; left out, the image cannot use them: {', '.join(left_out)}"
                              if left_out else "")
 
 
-def _fitted(site: SiteProfile, network: ImageNetwork | None
+def _fitted(site: SiteProfile, network: ImageNetwork | None, rocm: str | None
             ) -> tuple[dict[str, str], tuple[str, ...]]:
-    """Every runtime's environment and the EDF's own entries, fitted to the image; and the
-    profile's variables left out."""
-    env, left_out = fitted_env(site, network)
+    """Every runtime's environment and the EDF's own entries, fitted to the image and its
+    ROCm release; and the profile's variables left out."""
+    env, left_out = fitted_env(site, network, rocm)
     extra = dict(site.env)
     if network is not None:
         extra_out = network_fit(site, network, extra)
@@ -199,7 +200,7 @@ def render_edf(
     if mounts:
         top["mounts"] = mounts
     body = tomli_w.dumps(top, multiline_strings=False)
-    env = {**edf_env(site, network), **(tuning.env_dict() if tuning is not None else {})}
+    env = {**edf_env(site, network, rocm_version), **(tuning.env_dict() if tuning is not None else {})}
     if env:
         body += "\n" + tomli_w.dumps({"env": env})
     if annotations:

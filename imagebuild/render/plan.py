@@ -62,7 +62,8 @@ class BuildPlan:
         """What the image offers RCCL for its network: the plugin a component installs,
         and RCCL's IB transport where the image's packages give libibverbs its providers."""
         plugin = next((p.net_plugin for p in self.parts.values() if p.net_plugin), None)
-        return ImageNetwork(plugin=plugin, verbs=has_verbs(self.runtime_packages))
+        return ImageNetwork(plugin=plugin, verbs=has_verbs(self.runtime_packages),
+                            rocm=self.recipe.rocm)
 
     def in_final_order(self) -> list[ComponentPlan]:
         """The parts in the order of their steps in the final stage."""

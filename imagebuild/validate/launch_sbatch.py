@@ -106,6 +106,9 @@ class SbatchSpec:
     screen: bool = False
     #: Extra flags for the node screen (e.g. --memlock-min-gib 0).
     screen_args: tuple[str, ...] = ()
+    #: srun options the site needs for a single-node job with this image (LUMI, ROCm 7:
+    #: --network=single_node_vni); used only when ``nodes`` is 1.
+    single_node_srun: tuple[str, ...] = ()
 
     def tasks_per_node(self, gpus: str) -> int:
         if self.ntasks_per_node:
@@ -224,6 +227,8 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
 
     # srun does not take --cpus-per-task from sbatch in Slurm 22.05 to 23.02: repeat it.
     srun = ["srun", f"--cpus-per-task={cores}", f"--cpu-bind=verbose,{spec.cpu_bind}"]
+    site_srun = list(spec.single_node_srun) if spec.nodes == 1 else []
+    srun += site_srun
     distribution = spec.task_distribution(gpus)
     if distribution:
         srun.append(f"--distribution={distribution}")
@@ -271,7 +276,7 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
             before_command = ["# The loader-path prefix expands inside the container.",
                               "# shellcheck disable=SC2016"]
         command = [*srun, *wrapped, *in_sif(runner)]
-        doctor = [*DOCTOR_SRUN, *in_sif(doctor_runner)]
+        doctor = [*DOCTOR_SRUN, *site_srun, *in_sif(doctor_runner)]
         screen = [*SCREEN_SRUN, *in_sif(screen_runner)]
     elif spec.environment:
         if spec.mount_checks and checks_dir is not None:
@@ -281,7 +286,7 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
             lines.append(f"export PYTHONPATH={IMAGE_LIB}")
         environment = f"--environment={shlex.quote(spec.environment)}"
         command = [*srun, environment, *wrapped, *_quoted(runner)]
-        doctor = [*DOCTOR_SRUN, environment, *_quoted(doctor_runner)]
+        doctor = [*DOCTOR_SRUN, *site_srun, environment, *_quoted(doctor_runner)]
         screen = [*SCREEN_SRUN, environment, *_quoted(screen_runner)]
     else:
         raise ValidateError(f"--launcher sbatch with image {target.ref}: name a Container Engine "

@@ -18,7 +18,13 @@ from typing import Any
 
 from imagebuild.recipe.image_network import ImageNetwork
 from imagebuild.recipe.site import SiteProfile
-from imagebuild.recipe.site_runtime import Bind, loader_dir, site_binds, site_env
+from imagebuild.recipe.site_runtime import (
+    Bind,
+    loader_dir,
+    single_node_srun,
+    site_binds,
+    site_env,
+)
 
 #: Built-in defaults when neither a flag nor the site says (launch_sbatch documents why).
 DEFAULTS: dict[str, Any] = {"gpus_per_node": 8, "cpu_bind": "cores", "gpu_select": "local-id",
@@ -50,6 +56,8 @@ class SiteDefaults:
     binds: tuple[Bind, ...] = ()
     library_dir: str | None = None
     site: str | None = None
+    #: srun options the site needs for single-node jobs with this image's ROCm.
+    single_node_srun: tuple[str, ...] = ()
 
     def expect_binding(self, launcher: str) -> bool:
         """Whether the checks should fail a rank left on every core: only where this
@@ -95,6 +103,7 @@ def resolve(flags: Mapping[str, Any], site: SiteProfile | None,
         binds=site_binds(site),
         library_dir=loader_dir(site),
         site=site.name if site else None,
+        single_node_srun=single_node_srun(site, network.rocm if network else None),
     )
 
 
