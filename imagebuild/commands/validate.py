@@ -43,7 +43,7 @@ from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
 #: Host-only flags: never forwarded to the in-image runner.
 _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", "nodes",
-               "gpus_per_node", "time", "partition", "account", "environment", "report",
+               "gpus_per_node", "time", "partition", "account", "environment", "edf", "report",
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
                "distribution", "exclusive",
@@ -100,6 +100,9 @@ def register(subparsers: Any) -> None:
                        help="SLURM account charged for the job (#SBATCH --account)")
     batch.add_argument("--environment", default=None,
                        help="Container Engine environment (EDF name or path) for srun")
+    batch.add_argument("--edf", default=None,
+                       help="Sarus Suite EDF (name or path, e.g. artifacts/<recipe>.sarus.toml "
+                            "from build --push --site) for Skybox's srun --edf")
     batch.add_argument("--ntasks-per-node", type=int, default=None,
                        help="ranks per node (default: --gpus-per-node; 2 with --gpus none)")
     batch.add_argument("--cpus-per-task", type=int, default=None,
@@ -188,7 +191,7 @@ def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) 
                       socket_ifname=defaults.socket_ifname.value,
                       site_env=tuple(sorted(defaults.env.items())), time=args.time,
                       partition=args.partition, account=args.account,
-                      environment=args.environment,
+                      environment=args.environment, edf=getattr(args, "edf", None),
                       report_path=str(Path(args.report).resolve()) if args.report else None,
                       mount_checks=args.mount_checks, doctor=getattr(args, "doctor", True),
                       screen=bool(getattr(args, "screen", False)),

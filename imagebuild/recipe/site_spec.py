@@ -22,6 +22,7 @@ from imagebuild.recipe.site_runtime import (
     NET_PLUGINS,
     PROVIDER,
 )
+from imagebuild.recipe.site_sarus import SPEC as SARUS_SPEC
 from imagebuild.recipe.spec import Bool, Int, Obj, Seq, Str, Table
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -110,6 +111,7 @@ SITE = Obj(
                        "${VAR} and ~ are expanded, like ${SCRATCH}/imagebuild/history.jsonl",
                        free_text=True, nullable=True),
         "rocm": ROCM_SPEC,
+        "sarus_suite": SARUS_SPEC,
         "libfabric": Obj(nullable=True, required=("provided_by",), fields={
             "provided_by": Str("site (the site binds its own libfabric) or image",
                                enum=("site", "image")),

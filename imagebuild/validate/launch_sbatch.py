@@ -92,6 +92,9 @@ class SbatchSpec:
     partition: str | None = None
     account: str | None = None
     environment: str | None = None  # CSCS Container Engine EDF name or path
+    #: A Sarus Suite EDF (name or path) for Skybox's ``srun --edf``, the Container Engine's
+    #: successor on Alps; exclusive with ``environment``.
+    edf: str | None = None
     report_dir: str = "reports"
     #: Absolute report path; None: ``report_dir/validate-<job id>.json`` under the
     #: submission directory.
@@ -137,6 +140,9 @@ class SbatchSpec:
 
 def check_spec(spec: SbatchSpec) -> None:
     """One clear error per bad value, before any script is written."""
+    if spec.environment and spec.edf:
+        raise ValidateError("--environment and --edf: one runtime per job (the Container "
+                            "Engine's EDF, or Sarus Suite's)")
     for name in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task"):
         value = getattr(spec, name)
         if value is not None and value < 1:
@@ -278,19 +284,23 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
         command = [*srun, *wrapped, *in_sif(runner)]
         doctor = [*DOCTOR_SRUN, *site_srun, *in_sif(doctor_runner)]
         screen = [*SCREEN_SRUN, *in_sif(screen_runner)]
-    elif spec.environment:
+    elif spec.environment or spec.edf:
         if spec.mount_checks and checks_dir is not None:
             lines += ["# This checkout's checks; the EDF must mount the file system they are on.",
                       f"export PYTHONPATH={shlex.quote(str(checks_dir))}"]
         else:
             lines.append(f"export PYTHONPATH={IMAGE_LIB}")
-        environment = f"--environment={shlex.quote(spec.environment)}"
+        # Skybox takes the EDF with --edf where Pyxis takes --environment (docs.cscs.ch,
+        # "Sarus Suite & Podman on Alps", "Skybox: the Slurm Integration").
+        environment = (f"--edf={shlex.quote(spec.edf)}" if spec.edf else
+                       f"--environment={shlex.quote(spec.environment or '')}")
         command = [*srun, environment, *wrapped, *_quoted(runner)]
         doctor = [*DOCTOR_SRUN, *site_srun, environment, *_quoted(doctor_runner)]
         screen = [*SCREEN_SRUN, environment, *_quoted(screen_runner)]
     else:
         raise ValidateError(f"--launcher sbatch with image {target.ref}: name a Container Engine "
-                            "environment (--environment NAME) or pass a .sif file")
+                            "environment (--environment NAME), a Sarus Suite EDF (--edf FILE) "
+                            "or pass a .sif file")
     if spec.screen:
         lines += screen_lines(" ".join(screen), before_command)
     elif doctor and spec.doctor and gpus == "rocm":
