@@ -45,10 +45,12 @@ from imagebuild.engine.cache import RegistryCache
 from imagebuild.engine.progress import BuildEvent
 from imagebuild.engine.push import PushedImage, push_image
 from imagebuild.engine.stage_table import StageTable
+from imagebuild.files import sha256_file, write_text_atomic
 from imagebuild.images import BUILD_HASH_LABEL, ImageRef
 from imagebuild.recipe.load import project_dir
 from imagebuild.recipe.site import SiteProfile
 from imagebuild.render.context import BuildContext
+from imagebuild.render.edf import edf_workdir
 
 from .prepare import PreparedBuild
 
@@ -163,6 +165,10 @@ def build_and_squash(prepared: PreparedBuild, job: ImageJob, options: BuildOptio
         if result.inventory is not None:
             sbom_ref = attach_sbom(pushed[0], result.inventory.sbom)
         seconds["push"] = time.monotonic() - started
+        if options.site is not None and options.site.sarus_suite is not None and pushed:
+            # Sarus Suite runs registry references only: its EDF exists once pushed.
+            result = replace(result, artifacts=result.artifacts + (write_sarus_edf(
+                prepared, job, options, pushed[0].pinned, result.artifact("sqsh")),))
     return replace(result, built=built, pushed=pushed, seconds=seconds, sbom_ref=sbom_ref,
                    stages=table if built else None,
                    provenance_note=(engine.attestation_problem() or "") if built else "")
@@ -259,9 +265,26 @@ def _squash(prepared: PreparedBuild, job: ImageJob, image: ImageRef, source: Ima
         recipe = prepared.recipe
         artifacts.append(write_edf_beside(
             sqsh, job.name, options.site, rocm_version=recipe.rocm,
-            workdir=source.config().workdir or None, regenerate=job.edf_regenerate))
+            workdir=source.config().workdir or None, regenerate=job.edf_regenerate,
+            network=prepared.plan.image_network))
     write_record(output_dir, job.name, key, artifacts)
     return tuple(artifacts), True
+
+
+def write_sarus_edf(prepared: PreparedBuild, job: ImageJob, options: BuildOptions,
+                    pinned: str, sqsh: Artifact | None) -> Artifact:
+    """``<name>.sarus.toml`` in the output directory: the Sarus Suite EDF of the pushed
+    image (``pinned``: registry/name@sha256:...)."""
+    from imagebuild.render.edf_sarus import render_sarus_edf
+
+    assert options.site is not None
+    path = options.output_dir.resolve() / f"{job.name}.sarus.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, render_sarus_edf(
+        recipe=job.name, image=pinned, site=options.site, rocm_version=prepared.recipe.rocm,
+        network=prepared.plan.image_network,
+        workdir=edf_workdir(sqsh.path.with_suffix(".toml")) if sqsh else None))
+    return Artifact("sarus-edf", path, path.stat().st_size, sha256_file(path), 0.0)
 
 
 def _existing_image(engine: Engine, tag: str, build_hash: str) -> ImageRef | None:

@@ -64,9 +64,11 @@ def run(args: argparse.Namespace) -> int:
               f"DOCKER_BUILDKIT=1 docker build --network host {staged.directory}")
         return 0
 
-    files = [generated_dockerfile(plan_for(recipe, current_lock(recipe), project), project)
-             for recipe in recipes]
-    files += [generated_edf(recipe, project, args.site) for recipe in recipes]
+    plans = [plan_for(recipe, current_lock(recipe), project) for recipe in recipes]
+    files = [generated_dockerfile(plan, project) for plan in plans]
+    # Each EDF follows what its image carries (the plan's network plugin and verbs).
+    files += [generated_edf(plan.recipe, project, args.site, plan.image_network)
+              for plan in plans]
     if args.check:
         orphans = [] if args.recipes else _orphans(project, {r.name for r in recipes})
         check(files, project, also=orphans)

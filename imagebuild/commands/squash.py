@@ -133,8 +133,14 @@ def run(args: argparse.Namespace) -> int:
         if rocm is None and target.recipe is None and site.aws_ofi_nccl_hook is not None:
             raise SquashError(f"edf: the ROCm version of {target.image_ref} is unknown "
                               f"(site {site.name} picks hooks by it); pass --rocm-version")
+        network = None
+        if target.recipe:
+            from imagebuild.render.plan import plan_for
+
+            network = plan_for(load_recipe(target.recipe, project), None,
+                               project).image_network
         edf_file = write_edf_beside(sqsh, target.name, site, rocm_version=rocm,
-                                    workdir=config.workdir or None)
+                                    workdir=config.workdir or None, network=network)
         print(f"edf   {edf_file.path}  sha256:{edf_file.sha256}  (site {site.name})")
     if scan is not None:
         # no engine image id here: a later `build` re-reads the image once for its record

@@ -43,7 +43,7 @@ from imagebuild.validate.target import Target, detect_gpu_kind, resolve_target
 
 #: Host-only flags: never forwarded to the in-image runner.
 _HOST_DESTS = {"target", "local", "launcher", "gpus", "mount_checks", "python", "nodes",
-               "gpus_per_node", "time", "partition", "account", "environment", "report",
+               "gpus_per_node", "time", "partition", "account", "environment", "edf", "report",
                "thresholds", "func", "command", "project", "ntasks_per_node",
                "cpus_per_task", "cpu_bind", "gpu_select", "socket_ifname", "site",
                "distribution", "exclusive",
@@ -100,6 +100,9 @@ def register(subparsers: Any) -> None:
                        help="SLURM account charged for the job (#SBATCH --account)")
     batch.add_argument("--environment", default=None,
                        help="Container Engine environment (EDF name or path) for srun")
+    batch.add_argument("--edf", default=None,
+                       help="Sarus Suite EDF (name or path, e.g. artifacts/<recipe>.sarus.toml "
+                            "from build --push --site) for Skybox's srun --edf")
     batch.add_argument("--ntasks-per-node", type=int, default=None,
                        help="ranks per node (default: --gpus-per-node; 2 with --gpus none)")
     batch.add_argument("--cpus-per-task", type=int, default=None,
@@ -161,10 +164,19 @@ def _runner_actions() -> list[Any]:
     return [a for a in parser._actions if a.dest not in _HOST_DESTS]
 
 
-def site_defaults(args: argparse.Namespace) -> SiteDefaults:
-    """Launch values from the flags, the site profile (--site) and the built-in defaults."""
+def site_defaults(args: argparse.Namespace, recipe: str | None = None) -> SiteDefaults:
+    """Launch values from the flags, the site profile (--site) and the built-in defaults;
+    with the target's ``recipe``, the site's network variables fitted to what its image
+    carries (no NCCL_NET the image cannot load)."""
     site: SiteProfile | None = load_site(args.site, project_dir()) if args.site else None
-    return resolve(vars(args), site)
+    network = None
+    if site is not None and recipe is not None:
+        from imagebuild.recipe.load import load_recipe
+        from imagebuild.render.plan import plan_for
+
+        network = plan_for(load_recipe(recipe, project_dir()), None,
+                           project_dir()).image_network
+    return resolve(vars(args), site, network)
 
 
 def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) -> SbatchSpec:
@@ -179,10 +191,11 @@ def sbatch_spec(args: argparse.Namespace, defaults: SiteDefaults | None = None) 
                       socket_ifname=defaults.socket_ifname.value,
                       site_env=tuple(sorted(defaults.env.items())), time=args.time,
                       partition=args.partition, account=args.account,
-                      environment=args.environment,
+                      environment=args.environment, edf=getattr(args, "edf", None),
                       report_path=str(Path(args.report).resolve()) if args.report else None,
                       mount_checks=args.mount_checks, doctor=getattr(args, "doctor", True),
                       screen=bool(getattr(args, "screen", False)),
+                      single_node_srun=defaults.single_node_srun,
                       screen_args=tuple(shlex.split(getattr(args, "screen_args", "") or "")))
 
 
@@ -291,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
     if launcher == "sbatch" and not args.cpu and args.gpus == "auto" and gpus == "none":
         # The job runs on compute nodes, not here: a login node without GPUs says nothing.
         gpus = "rocm"
-    defaults = site_defaults(args)
+    defaults = site_defaults(args, target.recipe)
     engine = None  # opened here for an image, and the run uses the same one
     if target.ref and launcher in ("docker", "podman"):
         from imagebuild.commands.engine_choice import open_engine_saying

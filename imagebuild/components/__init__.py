@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from imagebuild.components.cxi_stack import component as cxi_stack
 from imagebuild.components.hipblaslt import component as hipblaslt
 from imagebuild.components.megatron import component as megatron
 from imagebuild.components.network_plugin import component as network_plugin
@@ -22,6 +23,7 @@ from imagebuild.recipe.model import Recipe, Section
 
 COMPONENTS: tuple[Component, ...] = (
     hipblaslt.COMPONENT,
+    cxi_stack.COMPONENT,
     network_plugin.COMPONENT,
     rccl_tests.COMPONENT,
     rccl_tuner.COMPONENT,

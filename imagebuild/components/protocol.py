@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.lock.model import Lock, Pin, PinnedSource
 from imagebuild.recipe.fields import Obj
+from imagebuild.recipe.image_network import NetPlugin
 from imagebuild.recipe.model import Recipe, Section
 
 if TYPE_CHECKING:
@@ -136,6 +137,9 @@ class ComponentPlan:
     sizes: tuple[tuple[str, str], ...] = ()
     #: Path prefixes whose build-only files (headers, build trees) it keeps on purpose.
     keeps: tuple[str, ...] = ()
+    #: The RCCL network plugin it installs, if any: what a job's NCCL_NET may name
+    #: (imagebuild.recipe.image_network).
+    net_plugin: NetPlugin | None = None
 
 
 def _no_rules(section: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:

@@ -24,6 +24,7 @@ from imagebuild.convert.timings import SquashTimings
 from imagebuild.files import fsync_dir, remove_quietly, sha256_file, write_text_atomic
 
 if TYPE_CHECKING:
+    from imagebuild.recipe.image_network import ImageNetwork
     from imagebuild.recipe.site import SiteProfile
     from imagebuild.tune.apply import RuntimeTuning
 
@@ -115,10 +116,11 @@ def publish(temp: Path, final: Path, kind: str, seconds: float) -> Artifact:
 
 def write_edf_beside(sqsh: Artifact, name: str, site: SiteProfile, *,
                      rocm_version: str | None, workdir: str | None,
-                     tuning: RuntimeTuning | None = None, regenerate: str | None = None
-                     ) -> Artifact:
+                     tuning: RuntimeTuning | None = None, regenerate: str | None = None,
+                     network: ImageNetwork | None = None) -> Artifact:
     """``<name>.toml`` beside the .sqsh: the site's EDF pointing at it, with its sha256
-    (and, with ``tuning``, a tuning bundle's mount and variables).
+    (and, with ``tuning``, a tuning bundle's mount and variables; ``network``: what the
+    image carries for RCCL's network, so the EDF names no network it cannot load).
 
     This EDF records one image's sha256; the committed, image-independent ``envs/<recipe>.toml``
     comes from ``imagebuild render``.
@@ -129,7 +131,7 @@ def write_edf_beside(sqsh: Artifact, name: str, site: SiteProfile, *,
     write_text_atomic(path, edf.render_edf(
         recipe=name, image=edf.edf_image_path(site, sqsh.path), site=site,
         rocm_version=rocm_version, workdir=workdir, image_sha256=sqsh.sha256,
-        regenerate=regenerate, tuning=tuning))
+        regenerate=regenerate, tuning=tuning, network=network))
     return Artifact("edf", path, path.stat().st_size, sha256_file(path), 0.0)
 
 

@@ -27,6 +27,8 @@ from imagebuild.recipe.site_launch import (
     SlurmSettings,
     parse_launch_settings,
 )
+from imagebuild.recipe.site_rocm import RocmSettings, parse_rocm
+from imagebuild.recipe.site_sarus import SarusSuite, parse_sarus
 from imagebuild.recipe.site_spec import SITE
 from imagebuild.recipe.spec_check import check_against_spec
 
@@ -37,7 +39,8 @@ _MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
 _ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
 
 _TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric",
-             "container", "network", "slurm", "apptainer", "references", "history"}
+             "container", "network", "slurm", "apptainer", "references", "history", "rocm",
+             "sarus_suite"}
 _LIBFABRIC_KEYS = {"provided_by", "version", "library_dir"}
 _RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _EDF_KEYS = {"image_dir", "workdir", "writable", "mounts", "env", "annotations",
@@ -103,6 +106,10 @@ class SiteProfile:
     #: The system's validation history (validate --history), as written: ${VAR} and ~
     #: are expanded where the run starts, and the result must be absolute.
     history: str | None = None
+    #: The newest ROCm the site runs and the settings for some releases only.
+    rocm: RocmSettings = field(default_factory=RocmSettings)
+    #: Sarus Suite's devices at the site; None: the site has no Sarus Suite.
+    sarus_suite: SarusSuite | None = None
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -288,6 +295,8 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         apptainer=launch.apptainer,
         references=text("references", raw.get("references"), required=False) or None,
         history=text("history", raw.get("history"), required=False) or None,
+        rocm=parse_rocm(raw.get("rocm"), problem),
+        sarus_suite=parse_sarus(raw.get("sarus_suite")),
     )
     problems += [p for p in shape if not any(_related(p.key, q.key) for q in problems)]
     if problems:

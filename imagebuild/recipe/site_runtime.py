@@ -23,6 +23,14 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from imagebuild.errors import RenderError
+from imagebuild.recipe.image_network import (
+    LIBFABRIC_PREFIXES,
+    PLUGIN_NETWORK,
+    ImageNetwork,
+    below_floor,
+)
+
 if TYPE_CHECKING:
     from imagebuild.recipe.site import SiteProfile
 
@@ -88,21 +96,96 @@ def site_binds(site: SiteProfile | None) -> tuple[Bind, ...]:
     return site.container.binds if site else ()
 
 
-def site_env(site: SiteProfile | None) -> dict[str, str]:
-    """The environment every runtime at the site gets (EDF-only entries excluded)."""
+def site_env(site: SiteProfile | None, network: ImageNetwork | None = None,
+             rocm: str | None = None) -> dict[str, str]:
+    """The environment every runtime at the site gets (EDF-only entries excluded), fitted
+    to what the image carries (``network``; None: an image of unknown content, the
+    profile's settings as written) and its ROCm release (``network.rocm``, else ``rocm``)."""
+    return fitted_env(site, network, rocm)[0]
+
+
+def fitted_env(site: SiteProfile | None, network: ImageNetwork | None = None,
+               rocm: str | None = None) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``site_env`` and the profile's variables left out because the image cannot honour
+    them (see ``network_fit``)."""
     if site is None:
-        return {}
-    env = {**plugin_env(site), **dict(site.container.env)}  # the profile's own values win
+        return {}, ()
+    rocm = network.rocm if network is not None and network.rocm else rocm
+    refuse_too_new(site, rocm)
+    env = {**plugin_env(site, network), **dict(site.container.env)}  # the profile's own win
+    for entry in site.rocm.entries_for(rocm):  # the settings for this ROCm release win
+        env.update(entry.env)
     if site.network.socket_ifname:
         # Bootstrap and rendezvous sockets on the high-speed interfaces. Without
         # GLOO_SOCKET_IFNAME gloo uses the address the host name resolves to, which fails
         # on large jobs.
         env.setdefault("NCCL_SOCKET_IFNAME", site.network.socket_ifname)
         env.setdefault("GLOO_SOCKET_IFNAME", site.network.socket_ifname)
-    return env
+    left_out = network_fit(site, network, env)
+    return {k: v for k, v in env.items() if k not in left_out}, left_out
 
 
-def plugin_env(site: SiteProfile | None) -> dict[str, str]:
+def refuse_too_new(site: SiteProfile, rocm: str | None, where: str = "") -> None:
+    """RenderError when the image's ROCm is newer than the site's driver runs
+    (``rocm.newest``): such an image fails on the first GPU call there, or worse, runs."""
+    if site.rocm.too_new(rocm):
+        raise RenderError(
+            f"{where}site {site.name} runs ROCm up to {site.rocm.newest}, and the image has "
+            f"ROCm {rocm}" + (f" ({site.rocm.newest_why})" if site.rocm.newest_why else ""),
+            hint=f"use a recipe with ROCm {site.rocm.newest} or older for {site.name}, or "
+                 "drop the site from the recipe's sites")
+
+
+def single_node_srun(site: SiteProfile | None, rocm: str | None) -> tuple[str, ...]:
+    """srun options the site needs for single-node jobs with an image of ``rocm``."""
+    if site is None:
+        return ()
+    return tuple(o for e in site.rocm.entries_for(rocm) for o in e.single_node_srun)
+
+
+def network_fit(site: SiteProfile, network: ImageNetwork | None,
+                env: dict[str, str]) -> tuple[str, ...]:
+    """The variables of ``env`` that name or tune a network the image cannot load, to be left
+    out; RenderError when the profile's network itself needs what the image lacks.
+
+    RCCL initialises a network for every communicator and fails when NCCL_NET names one it
+    cannot load (imagebuild.recipe.image_network). Where the profile relies on the image's
+    plugin (``network.plugin: image``) and the image carries none (the TheRock images),
+    NCCL_NET and the libfabric/plugin variables (FI_*, CXI_*, OFI_NCCL_*: nothing in the
+    image reads them) are left out: RCCL uses its socket transport between nodes."""
+    if network is None:
+        return ()
+    plugin = site.network.plugin
+    if plugin == "none" and not network.verbs:
+        raise RenderError(
+            f"site {site.name}: network.plugin: none runs RCCL over its IB verbs transport "
+            "(NCCL_NET=IB), but the image has no verbs provider (it needs the OS packages "
+            "libibverbs1 and ibverbs-providers): RCCL would find no HCA",
+            hint="add ibverbs-providers (and libibverbs1) to the recipe's os_packages, or "
+                 "use another site profile")
+    dropped: list[str] = []
+    if plugin == "image" and network.plugin is None:
+        dropped = [key for key in env
+                   if key == "NCCL_NET" or key.startswith(LIBFABRIC_PREFIXES)]
+    wanted = env.get("NCCL_NET")
+    if wanted is not None and "NCCL_NET" not in dropped \
+            and wanted not in network.loadable(site_injects_plugin=plugin == "site"):
+        raise RenderError(
+            f"{site.source}: NCCL_NET={wanted!r}, but the image can load only "
+            f"{', '.join(network.loadable(plugin == 'site'))} ({network.said()}); RCCL "
+            "fails at the first communicator when the named network is absent",
+            hint=f"set NCCL_NET to one of those, or build the image with what "
+                 f"{wanted!r} needs" + (f" (a network plugin for {PLUGIN_NETWORK!r})"
+                                         if wanted == PLUGIN_NETWORK else ""))
+    why = below_floor(network.plugin, variables=[k for k in env if k not in dropped])
+    if why:
+        raise RenderError(f"site {site.name} ({site.source}): {why}",
+                          hint="rebuild the image with aws-ofi-nccl v1.20.0 or newer (v1.21.1)")
+    return tuple(sorted(dropped))
+
+
+def plugin_env(site: SiteProfile | None, network: ImageNetwork | None = None
+               ) -> dict[str, str]:
     """What makes RCCL use the network the profile chose (``network.plugin``), for every
     runtime. ``image``: FI_PROVIDER pins libfabric to the site's provider. The image's own
     libfabric has only its built-in providers (tcp, udp, shm...) and aws-ofi-nccl accepts tcp
@@ -111,6 +194,7 @@ def plugin_env(site: SiteProfile | None) -> dict[str, str]:
     was not bound runs the plugin over TCP; with it, fi_getinfo finds no provider and the
     plugin fails to start (FI_PROVIDER: "a comma separated list of providers to include",
     the libfabric(7) man page, https://ofiwg.github.io/libfabric/v1.22.0/man/fabric.7.html).
+    An image without a plugin gets no pin (nothing in it reads FI_PROVIDER).
     ``none``: NCCL_NET=IB selects RCCL's internal IB verbs transport (InfiniBand and RoCE)
     even where the image's plugin loads (NCCL_NET: "IB" or "Socket" for the internal
     networks, https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-net).
@@ -118,6 +202,8 @@ def plugin_env(site: SiteProfile | None) -> dict[str, str]:
     if site is None:
         return {}
     if site.network.plugin == "image" and site.network.provider:
+        if network is not None and network.plugin is None:
+            return {}
         return {"FI_PROVIDER": site.network.provider}
     if site.network.plugin == "none":
         return {"NCCL_NET": "IB"}

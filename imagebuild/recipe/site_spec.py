@@ -14,6 +14,7 @@ from imagebuild.recipe import grammar
 from imagebuild.recipe.fields import Bool, Int, Obj, Seq, Str, Table
 from imagebuild.recipe.gpu_targets import unknown_target
 from imagebuild.recipe.schema import to_schema
+from imagebuild.recipe.site_rocm import SPEC as ROCM_SPEC
 from imagebuild.recipe.site_runtime import (
     CPU_BIND,
     DISTRIBUTION,
@@ -22,6 +23,7 @@ from imagebuild.recipe.site_runtime import (
     NET_PLUGINS,
     PROVIDER,
 )
+from imagebuild.recipe.site_sarus import SPEC as SARUS_SPEC
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ANNOTATION_KEY = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
@@ -108,6 +110,8 @@ SITE = Obj(
                        "appends its figures to (as --history does), an absolute path after "
                        "${VAR} and ~ are expanded, like ${SCRATCH}/imagebuild/history.jsonl",
                        free_text=True, nullable=True),
+        "rocm": ROCM_SPEC,
+        "sarus_suite": SARUS_SPEC,
         "libfabric": Obj(nullable=True, required=("provided_by",), fields={
             "provided_by": Str("site (the site binds its own libfabric) or image",
                                enum=("site", "image")),

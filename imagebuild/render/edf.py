@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +23,10 @@ import tomli_w
 from imagebuild.errors import SquashError
 from imagebuild.files import canonical_digest
 from imagebuild.generated import GeneratedFile
+from imagebuild.recipe.image_network import ImageNetwork
 from imagebuild.recipe.model import Recipe
 from imagebuild.recipe.site import SiteProfile, load_site
-from imagebuild.recipe.site_runtime import loader_dir, site_binds, site_env
+from imagebuild.recipe.site_runtime import fitted_env, loader_dir, network_fit, site_binds
 
 if TYPE_CHECKING:
     from imagebuild.tune.apply import RuntimeTuning
@@ -88,14 +90,16 @@ def edf_mounts(site: SiteProfile) -> list[str]:
     return mounts
 
 
-def edf_env(site: SiteProfile) -> dict[str, str]:
-    """The site's container environment, its EDF-only entries, and the site-bound
+def edf_env(site: SiteProfile, network: ImageNetwork | None = None,
+            rocm: str | None = None) -> dict[str, str]:
+    """The site's container environment fitted to the image's network (``network``,
+    imagebuild.recipe.site_runtime.fitted_env), its EDF-only entries, and the site-bound
     libfabric directory first on LD_LIBRARY_PATH. ${LD_LIBRARY_PATH} is the image's (the
     Container Engine resolves references from the image's environment first,
     https://docs.cscs.ch/software/container-engine/edf/#environment-variable-expansion);
     an image that sets none makes the Container Engine stop with an error, not run with the
     current directory on the loader path."""
-    env = {**site_env(site), **dict(site.env)}
+    env = _fitted(site, network, rocm)[0]
     if site.network.plugin == "site":
         # An empty value unsets the variable in the container
         # (https://docs.cscs.ch/software/container-engine/edf/#env).
@@ -109,9 +113,30 @@ def edf_env(site: SiteProfile) -> dict[str, str]:
                               "release with *, which an EDF cannot resolve without "
                               "libfabric.version")
         directory = directory.replace("*", release)
-    if directory:
+    if directory and (network is None or network.plugin is not None):
         env["LD_LIBRARY_PATH"] = f"{directory}:${{LD_LIBRARY_PATH}}"
     return dict(sorted(env.items()))
+
+
+def _network_note(site: SiteProfile, network: ImageNetwork | None) -> str:
+    if network is None:
+        return "image network: unknown (no recipe); the site profile's settings as written"
+    left_out = _fitted(site, network, network.rocm)[1]
+    return network.said() + (f"; left out, the image cannot use them: {', '.join(left_out)}"
+                             if left_out else "")
+
+
+def _fitted(site: SiteProfile, network: ImageNetwork | None, rocm: str | None
+            ) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Every runtime's environment and the EDF's own entries, fitted to the image and its
+    ROCm release; and the profile's variables left out."""
+    env, left_out = fitted_env(site, network, rocm)
+    extra = dict(site.env)
+    if network is not None:
+        extra_out = network_fit(site, network, extra)
+        extra = {k: v for k, v in extra.items() if k not in extra_out}
+        left_out = tuple(sorted({*left_out, *extra_out}))
+    return {**env, **extra}, left_out
 
 
 def _toml_value(value: str | bool | list[str]) -> str:
@@ -128,6 +153,7 @@ def render_edf(
     image_sha256: str | None = None,
     regenerate: str | None = None,
     tuning: RuntimeTuning | None = None,
+    network: ImageNetwork | None = None,
 ) -> str:
     """EDF TOML text for ``recipe`` at ``site``. Pure: same inputs, same bytes.
 
@@ -135,14 +161,22 @@ def render_edf(
     WORKDIR (a site profile's workdir wins); ``image_sha256`` the squashfs digest, recorded
     so the EDF goes stale when the image changes. ``tuning``: a tuning bundle to mount
     read-only and the variables that load it (imagebuild.tune.apply), after the site's.
+    ``network``: what the image carries for RCCL's network (its plan's
+    ``image_network``); the environment names no network the image cannot load. None: an
+    image of unknown content, the profile's settings as written (the header says so).
     """
     hook, hook_note = hook_annotations(site, rocm_version)
+    if network is not None and network.plugin is None and site.network.plugin == "image":
+        hook_note = ("aws_ofi_nccl hook: off; the image carries no network plugin: RCCL's "
+                     "socket transport between nodes")
     annotations = dict(site.annotations)
     annotations.update(hook)
     workdir = site.workdir or workdir or None
     inputs: dict[str, Any] = {"recipe": recipe, "image": image, "image_sha256": image_sha256,
               "rocm": rocm_version, "workdir": workdir,
               "site": {"name": site.name, "sha256": site.sha256}}
+    if network is not None:
+        inputs["network"] = asdict(network)
     if tuning is not None:
         inputs["tuning"] = {"mounts": tuning.edf_mounts(), "env": tuning.env_dict()}
     header = [
@@ -151,6 +185,7 @@ def render_edf(
         f"# site profile: {site.source} sha256:{site.sha256}",
         f"# image: {image}" + (f" sha256:{image_sha256}" if image_sha256 else ""),
         f"# rocm: {rocm_version or 'none'}; {hook_note}",
+        f"# {_network_note(site, network)}",
         f"# input-hash: {canonical_digest(inputs)}",
         "# Use: srun --environment=<this file> ...",
     ]
@@ -165,7 +200,7 @@ def render_edf(
     if mounts:
         top["mounts"] = mounts
     body = tomli_w.dumps(top, multiline_strings=False)
-    env = {**edf_env(site), **(tuning.env_dict() if tuning is not None else {})}
+    env = {**edf_env(site, network, rocm_version), **(tuning.env_dict() if tuning is not None else {})}
     if env:
         body += "\n" + tomli_w.dumps({"env": env})
     if annotations:
@@ -189,10 +224,11 @@ def edf_path(project: Path, recipe: str) -> Path:
 DEFAULT_SITE = "cscs-beverin"
 
 
-def generated_edf(recipe: Recipe, project: Path, site_name: str = DEFAULT_SITE
-                  ) -> GeneratedFile:
-    """envs/<recipe>.toml as committed: from the recipe and the site profile alone (no image
-    hash), so it is reviewable before any build and `imagebuild render --check` guards it.
+def generated_edf(recipe: Recipe, project: Path, site_name: str = DEFAULT_SITE,
+                  network: ImageNetwork | None = None) -> GeneratedFile:
+    """envs/<recipe>.toml as committed: from the recipe, what its plan puts in the image
+    (``network``: ``BuildPlan.image_network``) and the site profile (no image hash), so it
+    is reviewable before any build and `imagebuild render --check` guards it.
     The EDF written beside a built .sqsh also records that image's sha256."""
     site = load_site(site_name, project)
     command = f"imagebuild render {recipe.name}" + (
@@ -202,7 +238,7 @@ def generated_edf(recipe: Recipe, project: Path, site_name: str = DEFAULT_SITE
     image = edf_image_path(site, Path(f"{recipe.name}.sqsh")) if site.image_dir \
         else f"${{PWD}}/artifacts/{recipe.name}.sqsh"
     text = render_edf(recipe=recipe.name, image=image, site=site, rocm_version=recipe.rocm,
-                      regenerate=command)
+                      regenerate=command, network=network)
     return GeneratedFile(edf_path(project, recipe.name), text, command=command)
 
 

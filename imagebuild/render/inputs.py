@@ -11,6 +11,7 @@ from imagebuild.errors import ImagebuildError, RenderError, short_path
 from imagebuild.project import project_dir
 from imagebuild.recipe.model import Recipe
 from imagebuild.recipe.site import SiteProfile, load_site
+from imagebuild.recipe.site_runtime import refuse_too_new
 
 
 def plan_inputs(recipe: Recipe, project: Path | None = None) -> PlanInputs:
@@ -39,4 +40,6 @@ def _sites(recipe: Recipe) -> list[SiteProfile]:
             raise RenderError(f"{short_path(recipe.path)}: sites: {name}: {exc}",
                               hint="name a profile in imagebuild/data/sites/ or the "
                                    "project's sites/ directory") from exc
+        # A recipe may not name a site whose driver does not run its ROCm.
+        refuse_too_new(sites[-1], recipe.rocm, f"{short_path(recipe.path)}: sites: ")
     return sites

@@ -19,6 +19,7 @@ from imagebuild.components.protocol import ComponentPlan, PlanContext, PlanInput
 from imagebuild.errors import RenderError, short_path
 from imagebuild.lock.epoch import EPOCH_LABEL
 from imagebuild.lock.model import Lock
+from imagebuild.recipe.image_network import ImageNetwork, has_verbs
 from imagebuild.recipe.model import Recipe
 from imagebuild.render.inputs import plan_inputs
 from imagebuild.render.layout import IMAGE_MANIFEST, LABEL_NAMESPACE, RESERVED_ENV
@@ -55,6 +56,14 @@ class BuildPlan:
     @property
     def builds_from_source(self) -> bool:
         return any(part.stage is not None for part in self.parts.values())
+
+    @property
+    def image_network(self) -> ImageNetwork:
+        """What the image offers RCCL for its network: the plugin a component installs,
+        and RCCL's IB transport where the image's packages give libibverbs its providers."""
+        plugin = next((p.net_plugin for p in self.parts.values() if p.net_plugin), None)
+        return ImageNetwork(plugin=plugin, verbs=has_verbs(self.runtime_packages),
+                            rocm=self.recipe.rocm)
 
     def in_final_order(self) -> list[ComponentPlan]:
         """The parts in the order of their steps in the final stage."""

@@ -19,6 +19,7 @@ from imagebuild.lock.check import current_lock
 from imagebuild.recipe.load import find_recipe, load_recipe, project_dir
 from imagebuild.recipe.site import load_site
 from imagebuild.render.edf import edf_workdir
+from imagebuild.render.plan import plan_for
 
 from .apply import DEFAULT_MOUNT_POINT, runtime_tuning
 from .bundle import read_bundle
@@ -57,5 +58,6 @@ def write_tuned_edf(bundle_dir: Path, target: str, site_name: str, *,
         sqsh, name or f"{stem}-tuning", site, rocm_version=rocm_version or (recipe.rocm if recipe
                                                                    else None),
         workdir=edf_workdir(sqsh.path.with_name(f"{stem}.toml")), tuning=tuning,
-        regenerate=f"imagebuild tune edf {bundle_dir} {target} --site {site_name}")
+        regenerate=f"imagebuild tune edf {bundle_dir} {target} --site {site_name}",
+        network=plan_for(recipe, None, project).image_network if recipe else None)
     return artifact, bundle

@@ -92,6 +92,9 @@ class SbatchSpec:
     partition: str | None = None
     account: str | None = None
     environment: str | None = None  # CSCS Container Engine EDF name or path
+    #: A Sarus Suite EDF (name or path) for Skybox's ``srun --edf``, the Container Engine's
+    #: successor on Alps; exclusive with ``environment``.
+    edf: str | None = None
     report_dir: str = "reports"
     #: Absolute report path; None: ``report_dir/validate-<job id>.json`` under the
     #: submission directory.
@@ -106,6 +109,9 @@ class SbatchSpec:
     screen: bool = False
     #: Extra flags for the node screen (e.g. --memlock-min-gib 0).
     screen_args: tuple[str, ...] = ()
+    #: srun options the site needs for a single-node job with this image (LUMI, ROCm 7:
+    #: --network=single_node_vni); used only when ``nodes`` is 1.
+    single_node_srun: tuple[str, ...] = ()
 
     def tasks_per_node(self, gpus: str) -> int:
         if self.ntasks_per_node:
@@ -134,6 +140,9 @@ class SbatchSpec:
 
 def check_spec(spec: SbatchSpec) -> None:
     """One clear error per bad value, before any script is written."""
+    if spec.environment and spec.edf:
+        raise ValidateError("--environment and --edf: one runtime per job (the Container "
+                            "Engine's EDF, or Sarus Suite's)")
     for name in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task"):
         value = getattr(spec, name)
         if value is not None and value < 1:
@@ -224,6 +233,8 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
 
     # srun does not take --cpus-per-task from sbatch in Slurm 22.05 to 23.02: repeat it.
     srun = ["srun", f"--cpus-per-task={cores}", f"--cpu-bind=verbose,{spec.cpu_bind}"]
+    site_srun = list(spec.single_node_srun) if spec.nodes == 1 else []
+    srun += site_srun
     distribution = spec.task_distribution(gpus)
     if distribution:
         srun.append(f"--distribution={distribution}")
@@ -271,21 +282,25 @@ def sbatch_script(target: Target, invocation: Invocation, spec: SbatchSpec,
             before_command = ["# The loader-path prefix expands inside the container.",
                               "# shellcheck disable=SC2016"]
         command = [*srun, *wrapped, *in_sif(runner)]
-        doctor = [*DOCTOR_SRUN, *in_sif(doctor_runner)]
+        doctor = [*DOCTOR_SRUN, *site_srun, *in_sif(doctor_runner)]
         screen = [*SCREEN_SRUN, *in_sif(screen_runner)]
-    elif spec.environment:
+    elif spec.environment or spec.edf:
         if spec.mount_checks and checks_dir is not None:
             lines += ["# This checkout's checks; the EDF must mount the file system they are on.",
                       f"export PYTHONPATH={shlex.quote(str(checks_dir))}"]
         else:
             lines.append(f"export PYTHONPATH={IMAGE_LIB}")
-        environment = f"--environment={shlex.quote(spec.environment)}"
+        # Skybox takes the EDF with --edf where Pyxis takes --environment (docs.cscs.ch,
+        # "Sarus Suite & Podman on Alps", "Skybox: the Slurm Integration").
+        environment = (f"--edf={shlex.quote(spec.edf)}" if spec.edf else
+                       f"--environment={shlex.quote(spec.environment or '')}")
         command = [*srun, environment, *wrapped, *_quoted(runner)]
-        doctor = [*DOCTOR_SRUN, environment, *_quoted(doctor_runner)]
+        doctor = [*DOCTOR_SRUN, *site_srun, environment, *_quoted(doctor_runner)]
         screen = [*SCREEN_SRUN, environment, *_quoted(screen_runner)]
     else:
         raise ValidateError(f"--launcher sbatch with image {target.ref}: name a Container Engine "
-                            "environment (--environment NAME) or pass a .sif file")
+                            "environment (--environment NAME), a Sarus Suite EDF (--edf FILE) "
+                            "or pass a .sif file")
     if spec.screen:
         lines += screen_lines(" ".join(screen), before_command)
     elif doctor and spec.doctor and gpus == "rocm":

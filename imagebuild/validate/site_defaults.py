@@ -16,8 +16,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagebuild.recipe.image_network import ImageNetwork
 from imagebuild.recipe.site import SiteProfile
-from imagebuild.recipe.site_runtime import Bind, loader_dir, site_binds, site_env
+from imagebuild.recipe.site_runtime import (
+    Bind,
+    loader_dir,
+    single_node_srun,
+    site_binds,
+    site_env,
+)
 
 #: Built-in defaults when neither a flag nor the site says (launch_sbatch documents why).
 DEFAULTS: dict[str, Any] = {"gpus_per_node": 8, "cpu_bind": "cores", "gpu_select": "local-id",
@@ -49,6 +56,8 @@ class SiteDefaults:
     binds: tuple[Bind, ...] = ()
     library_dir: str | None = None
     site: str | None = None
+    #: srun options the site needs for single-node jobs with this image's ROCm.
+    single_node_srun: tuple[str, ...] = ()
 
     def expect_binding(self, launcher: str) -> bool:
         """Whether the checks should fail a rank left on every core: only where this
@@ -64,8 +73,10 @@ class SiteDefaults:
                 if getattr(self, name).source.startswith("site")]
 
 
-def resolve(flags: Mapping[str, Any], site: SiteProfile | None) -> SiteDefaults:
-    """Launch values from the command line (``None``: not given) and the site profile."""
+def resolve(flags: Mapping[str, Any], site: SiteProfile | None,
+            network: ImageNetwork | None = None) -> SiteDefaults:
+    """Launch values from the command line (``None``: not given) and the site profile;
+    the site's environment fitted to ``network``, what the image carries (None: unknown)."""
     where = f"site {site.name}" if site else "default"
 
     def pick(name: str, site_value: Any) -> Resolved:
@@ -88,10 +99,11 @@ def resolve(flags: Mapping[str, Any], site: SiteProfile | None) -> SiteDefaults:
         bind_host_rocm=pick("bind_host_rocm", site.apptainer.bind_host_rocm if site else None),
         expect_net_provider=pick("expect_net_provider",
                                  site.network.provider if site else None),
-        env=site_env(site),
+        env=site_env(site, network),
         binds=site_binds(site),
         library_dir=loader_dir(site),
         site=site.name if site else None,
+        single_node_srun=single_node_srun(site, network.rocm if network else None),
     )
 
 

@@ -194,9 +194,19 @@ def test_7c_a_stale_latest_is_refused_by_squash_and_validate(env: dict, capsys) 
 
 
 def test_8_push_to_a_registry(env: dict, local_registry: str, capsys) -> None:
-    code, _out, err = timed("push", ["build", RECIPE, "--push", f"{local_registry}/e2e"],
-                            capsys)
+    code, out, err = timed("push", ["build", RECIPE, "--push", f"{local_registry}/e2e",
+                                    "--site", "cscs-beverin"], capsys)
     assert code == 0, err
     tags = requests.get(f"http://{local_registry}/v2/e2e/imagebuild/{RECIPE}/tags/list",
                         timeout=10).json()["tags"]
     assert "latest" in tags
+    # The Sarus Suite EDF names the pushed image by the digest the registry serves.
+    pinned = next(line.split()[1] for line in out.splitlines() if line.startswith("pushed "))
+    edf = tomllib.loads((env["artifacts"] / f"{RECIPE}.sarus.toml").read_text())
+    assert edf["image"] == pinned and "@sha256:" in pinned
+    name, digest = pinned.split("/", 1)[1].split("@")
+    served = requests.head(f"http://{local_registry}/v2/{name}/manifests/{digest}", timeout=10,
+                           headers={"Accept": "application/vnd.oci.image.manifest.v1+json, "
+                                              "application/vnd.docker.distribution.manifest.v2+json"})
+    assert served.status_code == 200 and served.headers["Docker-Content-Digest"] == digest
+    assert "amd.com/gpu=all" in edf["devices"]

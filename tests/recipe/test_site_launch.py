@@ -29,7 +29,10 @@ def test_shipped_profiles_carry_their_launch_values() -> None:
     # the image's plugin, and libfabric pinned to the CXI provider: no plugin over TCP
     assert lumi.network.plugin == "image" and env["FI_PROVIDER"] == "cxi"
     assert env["CXI_FORK_SAFE"] == env["CXI_FORK_SAFE_HP"] == "1"
-    assert env["FI_CXI_DISABLE_CQ_HUGETLB"] == "1" and env["NCCL_NET_GDR_LEVEL"] == "3"
+    assert env["FI_CXI_DISABLE_CQ_HUGETLB"] == "1" and "NCCL_NET_GDR_LEVEL" not in env
+    # the GDR level by ROCm release: ROCm 6 images only (it hangs ROCm 7.0 ones)
+    assert site_env(lumi, rocm="6.4.4")["NCCL_NET_GDR_LEVEL"] == "3"
+    assert "NCCL_NET_GDR_LEVEL" not in site_env(lumi, rocm="7.0.2")
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
     assert loader_dir(lumi) == "/opt/cray/libfabric/*/lib64"  # the newest the node has
 

@@ -201,7 +201,7 @@ def test_hipblaslt_ref_change_rebuilds_only_hipblaslt(tmp_path: Path, rocm: Reci
 def test_plugin_ref_change_keeps_libfabric(tmp_path: Path, rocm: Recipe):
     plugin: Any = rocm.components["network_plugin"]
     changed = rocm.with_component("network_plugin", replace(
-        plugin, source=GitSource(plugin.source.repository, "v1.19.0")))
+        plugin, source=GitSource(plugin.source.repository, "v1.20.0")))
     before, after = variants(tmp_path, rocm, changed)
     assert rebuilt(before.keys, after.keys) == {"plugin", "final"}
     libfabric_build = after.index("plugin", "RUN ./configure --prefix=/opt/libfabric")

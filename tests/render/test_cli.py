@@ -142,6 +142,6 @@ def test_render_defaults_to_the_site_every_other_command_defaults_to(
     assert build_parser(["render"]).parse_args(["render"]).site == "cscs-beverin"
     code, _, err = run(project, "--check", "rocm-7.0.2")
     assert code == 2 and "envs/rocm-7.0.2.toml" in err
-    monkeypatch.setenv("IMAGEBUILD_SITE", "frontier")  # an unknown one is refused
+    monkeypatch.setenv("IMAGEBUILD_SITE", "summit")  # an unknown one is refused
     code, out, err = run(project, "--stdout", "rocm-7.0.2")
-    assert code == 2 and out == "" and "no site profile 'frontier'" in err
+    assert code == 2 and out == "" and "no site profile 'summit'" in err

@@ -142,7 +142,8 @@ def test_lumi_profile() -> None:
         "LD_LIBRARY_PATH": "/opt/cray/libfabric/1.22.0/lib64:${LD_LIBRARY_PATH}",
         "CXI_FORK_SAFE": "1", "CXI_FORK_SAFE_HP": "1", "FI_CXI_DISABLE_CQ_HUGETLB": "1",
         "NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "GLOO_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3",
-        "NCCL_NET_GDR_LEVEL": "3",
+        # ROCm 7.0 on LUMI: no forced GDR level (it hangs), DMA-BUF off (lumi.yaml, rocm).
+        "NCCL_DMABUF_ENABLE": "0", "FI_HMEM_ROCR_USE_DMABUF": "0", "HSA_NO_SCRATCH_RECLAIM": "1",
         "MIOPEN_USER_DB_PATH": "/tmp/${USER}-miopen-cache-${SLURM_NODEID}",
         "MIOPEN_CUSTOM_CACHE_DIR": "/tmp/${USER}-miopen-cache-${SLURM_NODEID}"}
     assert "annotations" not in edf

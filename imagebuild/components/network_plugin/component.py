@@ -27,11 +27,18 @@ from imagebuild.components.shared import (
     refused_with_rocm_wheels,
     require_keys,
 )
-from imagebuild.errors import short_path
+from imagebuild.errors import RenderError, short_path
 from imagebuild.lock.model import ArchivePin, GitPin, LockedArchive, LockedGit, Pin, PinnedSource
 from imagebuild.recipe import grammar
 from imagebuild.recipe.fields import GIT_REF, REPOSITORY, Bool, Obj, Str
+from imagebuild.recipe.image_network import (
+    PROTOCOL_VARIABLES,
+    NetPlugin,
+    below_floor,
+    release_tuple,
+)
 from imagebuild.recipe.model import GitSource, Recipe
+from imagebuild.recipe.site import SiteProfile
 
 NAME = "network_plugin"
 PluginKind = Literal["aws-ofi-nccl", "aws-ofi-rccl"]
@@ -144,6 +151,8 @@ class PluginPlan:
     #: What the plugin stage measured about the plugin (ELF symbol versions, RUNPATH),
     #: merged into the manifest by the final stage.
     record: str = RECORD
+    #: The release the ref names (v1.21.1 -> "1.21.1"); None for a branch.
+    release: str | None = None
 
     @property
     def library(self) -> str:
@@ -169,7 +178,12 @@ def plan(context: PlanContext) -> ComponentPlan:
         libfabric_sha256=archive.sha256 if archive else None,
         libfabric_prefix=LIBFABRIC_PREFIX, rocm_prefix=recipe.rocm_prefix,
         libfabric_target=libfabric_target(short_path(recipe.path), plugin.libfabric.version,
-                                          context.inputs.sites))
+                                          context.inputs.sites),
+        release=plugin.source.ref.lstrip("v") if release_tuple(plugin.source.ref) else None)
+    net_plugin = NetPlugin(
+        kind=plugin.kind, library=values.library,
+        release=values.release, libfabric=plugin.libfabric.version)
+    _refuse_below_floor(recipe, net_plugin, context.inputs.sites)
     sources: tuple[PinnedSource, ...] = (PinnedSource(NAME, plugin.kind, locked),) if locked else ()
     if archive:
         sources += (PinnedSource(NAME, "libfabric", archive, plugin.libfabric.version),)
@@ -190,7 +204,26 @@ def plan(context: PlanContext) -> ComponentPlan:
         manifest=_manifest(values, plugin, recipe.sites, locked, archive),
         sources=sources,
         sizes=((values.prefix, "network plugin + libfabric"),
-               (LIBFABRIC_PREFIX, "network plugin + libfabric")))
+               (LIBFABRIC_PREFIX, "network plugin + libfabric")),
+        net_plugin=net_plugin)
+
+
+def _refuse_below_floor(recipe: Recipe, plugin: NetPlugin, sites: tuple[SiteProfile, ...]
+                        ) -> None:
+    """A plugin release with known breakage where the recipe or one of its sites sets
+    NCCL_PROTO/NCCL_ALGO is refused at plan time (every build and render makes the plan)."""
+    variables = {key: "recipe env" for key, _ in recipe.env}
+    for site in sites:
+        entries = site.rocm.entries_for(recipe.rocm)
+        for key in (*dict(site.container.env), *dict(site.env),
+                    *(k for e in entries for k, _ in e.env)):
+            variables.setdefault(key, f"site {site.name} ({site.source})")
+    why = below_floor(plugin, variables=variables)
+    if why:
+        where = ", ".join(sorted({variables[k] for k in PROTOCOL_VARIABLES if k in variables}))
+        raise RenderError(f"{short_path(recipe.path)}: network_plugin.ref: {why}; set by {where}",
+                          hint="use aws-ofi-nccl v1.20.0 or newer (v1.21.1), or unset the "
+                               "variables")
 
 
 def _manifest(values: PluginPlan, plugin: NetworkPlugin, sites: tuple[str, ...],

@@ -79,8 +79,9 @@ def libfabric_target(where: str, build: str, sites: Sequence[SiteProfile]) -> Li
             raise RenderError(
                 f"{where}: sites: site {site.name} ({site.source}) expects the image to "
                 "carry a libfabric with the site's network provider (libfabric.provided_by: "
-                "image), but imagebuild builds libfabric without the CXI provider (it needs "
-                "HPE's libcxi and cassini headers)",
+                "image), but the network plugin is built against its own libfabric, which has no "
+                "CXI provider (the cxi_stack component builds one with HPE's libcxi, but the "
+                "plugin is not yet linked against it)",
                 hint="build for sites that bind their own libfabric, or remove the site "
                      "from the recipe's sites")
         if policy.version is not None:

@@ -21,9 +21,11 @@ from imagebuild.components.protocol import (
     Stage,
 )
 from imagebuild.components.shared import needs_rocm, refused_with_rocm_wheels, require_keys
+from imagebuild.errors import RenderError, short_path
 from imagebuild.lock.model import LockedArchive, PinnedSource
 from imagebuild.recipe import grammar
 from imagebuild.recipe.fields import Bool, Obj, Str
+from imagebuild.recipe.image_network import below_floor
 from imagebuild.recipe.model import Recipe
 
 NAME = "rccl_tuner"
@@ -167,6 +169,13 @@ def planned(parts: Mapping[str, ComponentPlan]) -> RcclTunerPlan | None:
 
 def plan(context: PlanContext) -> ComponentPlan:
     recipe, tuner = context.recipe, context.section
+    # A network plugin release whose own tuner breaks beside another is refused here.
+    plugins = [part.net_plugin for part in context.needed.values() if part.net_plugin]
+    why = below_floor(plugins[0] if plugins else None, tuner=True)
+    if why:
+        raise RenderError(f"{short_path(recipe.path)}: rccl_tuner: {why}",
+                          hint="use aws-ofi-nccl v1.20.0 or newer (v1.21.1) for "
+                               "network_plugin.ref, or turn the tuner off")
     values = RcclTunerPlan(
         url=tuner.url, sha256=tuner.sha256,
         source_dir=f"/usr/src/rccl-tuner/{tuner.example_dir}",
@@ -204,4 +213,6 @@ COMPONENT = Component(
     name=NAME, title="RCCL tuner", folder=FOLDER,
     spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, plan=plan,
     project_files=project_files,
+    # Its plan judges the network plugin's release (a tuner beside an old plugin's).
+    needs=("network_plugin",),
 )

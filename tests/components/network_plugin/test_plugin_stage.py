@@ -1,6 +1,6 @@
 """The network-plugin stage of the shipped ROCm recipes, built for real and loaded.
 
-Each shipped plugin kind (aws-ofi-nccl v1.18.0 of rocm-7.2.4 and its siblings, aws-ofi-rccl
+Each shipped plugin kind (aws-ofi-nccl v1.21.1 of rocm-7.2.4 and its siblings, aws-ofi-rccl
 cxi of rocm-6.4.4) is built by ``imagebuild lock`` + ``imagebuild build`` from a recipe that
 keeps the shipped recipe's plugin (kind, repository, ref, libfabric release) and sites, on a
 debootstrapped Debian in the loopback registry whose packaged ROCm stands in for AMD's
@@ -22,8 +22,8 @@ built images:
 - no RPATH/RUNPATH: nothing in the plugin shadows a site-bound libfabric.
 - the plugin exports an interface version (ncclNetPlugin_v<N>) that the image's RCCL looks
   up; both sets, read by the build from the two libraries, and the chosen one are recorded.
-  Measured: RCCL 7.2.4 looks up v10..v6, RCCL 5.4.3 v6, v5, v4; aws-ofi-nccl v1.18.0 exports
-  v11..v2 (v10 chosen on 7.2.4), aws-ofi-rccl cxi only v5. So aws-ofi-rccl does not work
+  Measured: RCCL 7.2.4 looks up v10..v6, RCCL 5.4.3 v6, v5, v4; aws-ofi-nccl v1.21.1 exports
+  v12..v6 (v1.18.0: v11..v2; v10 chosen on 7.2.4), aws-ofi-rccl cxi only v5. So aws-ofi-rccl does not work
   with RCCL 7.2.4: its build stops at the check, naming both sets (RCCL would otherwise
   fall back to its own transport without a word). It builds and loads against RCCL 5.4.3
   (v5 chosen), the one case kept on trixie: the only RCCL here that takes a v5 plugin.
@@ -106,7 +106,8 @@ RECIPES: dict[str, tuple[DebianRocm, str, str | None, tuple[str, ...] | None]] =
     # The plugin a recipe would get against libfabric 2.1 with no site constraint.
     "plugin-nccl-724-fabric2": (SID_ROCM_7_2_4, "rocm-7.2.4", "2.1.0", ()),
     # aws-ofi-rccl exports only ncclNetPlugin_v5: RCCL 7.2.4 refuses it, 5.4.3 takes it.
-    "plugin-rccl-724": (SID_ROCM_7_2_4, "rocm-6.4.4", None, None),
+    # (Beverin only: LUMI runs ROCm up to 7.0, and this base is 7.2.4.)
+    "plugin-rccl-724": (SID_ROCM_7_2_4, "rocm-6.4.4", None, ("cscs-beverin",)),
     "plugin-rccl-543": (TRIXIE_ROCM_5_7_1, "rocm-6.4.4", None, None),
     "tuner-724-as-is": (SID_ROCM_7_2_4, "rocm-7.2.4", None, None),
 }
@@ -131,7 +132,8 @@ NO_NETWORK_PLUGIN = ("tuner-724-as-is",)
 REFUSED = ("plugin-rccl-724", "tuner-724-as-is")
 #: test recipe -> (what its RCCL looks up, what its plugin exports, newest first)
 INTERFACES = {
-    "plugin-nccl-724": ([10, 9, 8, 7, 6], list(range(11, 1, -1))),
+    # aws-ofi-nccl v1.21.1 (v1.18.0 exported v11..v2).
+    "plugin-nccl-724": ([10, 9, 8, 7, 6], list(range(12, 5, -1))),
     "plugin-rccl-543": ([6, 5, 4], [5]),
 }
 LOADED = ["plugin-nccl-724", "plugin-rccl-543"]
@@ -317,12 +319,13 @@ def test_the_build_check_names_the_missing_version(project: dict, tmp_path: Path
 def test_rendering_for_a_1_22_site_refuses_libfabric_2(project: dict) -> None:
     root = project["root"]
     text = (root / "recipes" / "plugin-nccl-724-fabric2.yaml").read_text()
+    # Frontier binds a 1.22 Cray libfabric too, and runs this base's ROCm 7.2.4 (LUMI does not).
     (root / "recipes" / "plugin-for-lumi.yaml").write_text(
-        text.replace("sites: []", "sites:\n- lumi"))
+        text.replace("sites: []", "sites:\n- frontier"))
     rendered = imagebuild(root, "render", "plugin-for-lumi")
     assert rendered.returncode == 2
     assert "network_plugin.libfabric.version" in rendered.stderr
-    assert "needs FABRIC_1.8" in rendered.stderr and "site lumi" in rendered.stderr
+    assert "needs FABRIC_1.8" in rendered.stderr and "site frontier" in rendered.stderr
     assert not (root / "dockerfiles" / "plugin-for-lumi").exists()
 
 
