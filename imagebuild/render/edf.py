@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
+from imagebuild import components
 from imagebuild.errors import SquashError
 from imagebuild.files import canonical_digest
 from imagebuild.generated import GeneratedFile
@@ -128,6 +129,7 @@ def render_edf(
     image_sha256: str | None = None,
     regenerate: str | None = None,
     tuning: RuntimeTuning | None = None,
+    notes: tuple[str, ...] = (),
 ) -> str:
     """EDF TOML text for ``recipe`` at ``site``. Pure: same inputs, same bytes.
 
@@ -135,6 +137,7 @@ def render_edf(
     WORKDIR (a site profile's workdir wins); ``image_sha256`` the squashfs digest, recorded
     so the EDF goes stale when the image changes. ``tuning``: a tuning bundle to mount
     read-only and the variables that load it (imagebuild.tune.apply), after the site's.
+    ``notes``: comment lines on what the image offers a job (its components' EDF notes).
     """
     hook, hook_note = hook_annotations(site, rocm_version)
     annotations = dict(site.annotations)
@@ -143,6 +146,8 @@ def render_edf(
     inputs: dict[str, Any] = {"recipe": recipe, "image": image, "image_sha256": image_sha256,
               "rocm": rocm_version, "workdir": workdir,
               "site": {"name": site.name, "sha256": site.sha256}}
+    if notes:
+        inputs["notes"] = list(notes)
     if tuning is not None:
         inputs["tuning"] = {"mounts": tuning.edf_mounts(), "env": tuning.env_dict()}
     header = [
@@ -154,6 +159,7 @@ def render_edf(
         f"# input-hash: {canonical_digest(inputs)}",
         "# Use: srun --environment=<this file> ...",
     ]
+    header[-1:-1] = [f"# {line}" for line in notes]
     if tuning is not None:
         header[-1:-1] = [f"# tuning bundle: {mount} (loaded by the variables "
                          f"{', '.join(tuning.env_dict())})" for mount in tuning.edf_mounts()]
@@ -201,8 +207,10 @@ def generated_edf(recipe: Recipe, project: Path, site_name: str = DEFAULT_SITE
     # machine's absolute path (the file is committed).
     image = edf_image_path(site, Path(f"{recipe.name}.sqsh")) if site.image_dir \
         else f"${{PWD}}/artifacts/{recipe.name}.sqsh"
+    notes = tuple(line for component, section in components.enabled(recipe)
+                  for line in component.edf_notes(section))
     text = render_edf(recipe=recipe.name, image=image, site=site, rocm_version=recipe.rocm,
-                      regenerate=command)
+                      regenerate=command, notes=notes)
     return GeneratedFile(edf_path(project, recipe.name), text, command=command)
 
 

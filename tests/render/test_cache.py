@@ -84,22 +84,23 @@ def with_pin(recipe: Recipe, name: str, version: str) -> Recipe:
 def test_stage_graph_of_rocm_7_0_2(tmp_path: Path, rocm: Recipe):
     variant = Variant(rocm, tmp_path)
     stages = variant.stages
-    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "rccl-tests", "python",
-                            "megatron", "final"]
+    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "rccl-tests",
+                            "rccl-tuner", "python", "megatron", "final"]
     assert stages["base"].base.startswith("rocm/dev-ubuntu-24.04:7.0.2-complete@sha256:")
     assert stages["toolchain"].uses == {"base"}
     assert stages["hipblaslt"].uses == {"toolchain"}
     assert stages["plugin"].uses == {"toolchain"}
     assert stages["rccl-tests"].uses == {"toolchain"}
+    assert stages["rccl-tuner"].uses == {"toolchain"}
     # The venv never waits for (or rebuilds with) the compilers.
     assert stages["python"].uses == {"base"}
     # Megatron's helpers compile against the venv, mounted from the python stage.
     assert stages["megatron"].uses == {"toolchain", "python"}
-    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "rccl-tests", "python",
-                                    "megatron"}
+    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "rccl-tests", "rccl-tuner",
+                                    "python", "megatron"}
     assert "toolchain" not in stages["final"].uses  # no compilers in the final image
     assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin",
-                                           "rccl-tests", "python", "megatron"}
+                                           "rccl-tests", "rccl-tuner", "python", "megatron"}
 
 
 def test_cpu_recipe_has_base_python_final_only(tmp_path: Path):
@@ -227,15 +228,15 @@ def test_cpu_recipe_env_change_keeps_the_venv(tmp_path: Path):
 def test_a_new_epoch_redates_every_stage_but_recompiles_nothing(tmp_path: Path, rocm: Recipe):
     """A lock of the same pins written at another time has another SOURCE_DATE_EPOCH. The
     python and final stages are keyed on it (what they write is dated by it); of the plugin,
-    hipBLASLt, rccl-tests and Megatron stages only the last step is, which dates their install trees:
+    hipBLASLt, rccl-tests, tuner and Megatron stages only the last step is, which dates their install trees:
     their compiles come from the cache (Megatron's reads the re-dated venv through a
     read-only mount, keyed on its content). The base and the toolchain do not see it."""
     variant = Variant(rocm, tmp_path)
     before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
     after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
-    assert rebuilt(before, after) == {"hipblaslt", "plugin", "rccl-tests", "python", "megatron",
-                                      "final"}
-    for stage in ("hipblaslt", "plugin", "rccl-tests", "megatron"):
+    assert rebuilt(before, after) == {"hipblaslt", "plugin", "rccl-tests", "rccl-tuner",
+                                      "python", "megatron", "final"}
+    for stage in ("hipblaslt", "plugin", "rccl-tests", "rccl-tuner", "megatron"):
         steps = variant.stages[stage].instructions
         assert first_changed(before[stage], after[stage]) == len(steps), stage
         assert steps[-2] == "ARG SOURCE_DATE_EPOCH" and steps[-1].startswith("RUN find "), stage
