@@ -25,6 +25,7 @@ from imagebuild.components.shared import (
     git_source,
     needs_rocm,
     pinned_source,
+    rccl_loading,
     refused_with_rocm_wheels,
     require_keys,
 )
@@ -158,8 +159,10 @@ class RcclTunerPlan:
     #: The example's directory in the repository (the sparse checkout's only directory).
     example_dir: str
     interface_adapter: bool
-    #: Where ROCm is: the RCCL whose lookups the check reads.
-    rocm_prefix: str
+    #: The RCCL whose lookups the check reads: the pinned one (``rccl:``, mounted from its
+    #: stage) or the base image's, under rocm_prefix.
+    rccl_where: str
+    rccl_stage: str | None = None
     #: Whether the recipe names a configuration (copied into the image).
     configured: bool = False
     prefix: str = PREFIX
@@ -205,13 +208,15 @@ def planned(parts: Mapping[str, ComponentPlan]) -> RcclTunerPlan | None:
 
 
 def plan(context: PlanContext) -> ComponentPlan:
-    recipe, tuner, lock = context.recipe, context.section, context.lock
+    tuner, lock = context.section, context.lock
     locked = lock.git(LOCK_KEY) if lock else None
     repository, revision = pinned_source(tuner.source, locked)
+    rccl_where, rccl_stage = rccl_loading(context)
     values = RcclTunerPlan(
         repository=repository, revision=revision, ref=tuner.source.ref,
         example_dir=tuner.example_dir,
-        interface_adapter=tuner.interface_adapter, rocm_prefix=recipe.rocm_prefix,
+        interface_adapter=tuner.interface_adapter, rccl_where=rccl_where,
+        rccl_stage=rccl_stage,
         configured=tuner.config is not None)
     files = [(PROBE, (FOLDER / "probe.c").read_text())]
     if values.interface_adapter:
@@ -247,5 +252,5 @@ def plan(context: PlanContext) -> ComponentPlan:
 COMPONENT = Component(
     name=NAME, title="RCCL tuner", folder=FOLDER,
     spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins, plan=plan,
-    project_files=project_files, edf_notes=edf_notes,
+    project_files=project_files, edf_notes=edf_notes, needs=("rccl",),
 )

@@ -259,9 +259,10 @@ def _source_plan(context: PlanContext) -> ComponentPlan:
                     "extension)", "TransformerEngine repository/commit, the venv, GPU targets",
                     on_venv=True),
         steps=("final.j2",), scripts=((CHECK, FOLDER / "check.py"),),
-        # The interpreter's headers, ninja for its CMake build (TransformerEngine's
-        # setup.py pip-installs one when none is found: not offline).
-        build_packages=(*SOURCE_BUILD_PACKAGES, python_dev_package(recipe), "ninja-build"),
+        # The interpreter's headers, CMake and ninja for its common library's build
+        # (TransformerEngine's setup.py pip-installs them when none is found: not offline).
+        build_packages=(*SOURCE_BUILD_PACKAGES, python_dev_package(recipe), "cmake",
+                        "ninja-build"),
         # zstd: the device-code check reads compressed offload bundles with it.
         runtime_packages=("zstd",) if recipe.gpu_targets and not recipe.cpu_only else (),
         # "version", "built", "submodules" and "device_code" are added by the final stage's

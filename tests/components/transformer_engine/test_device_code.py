@@ -25,7 +25,7 @@ PLAIN = FIXTURES / "libscale-default.so"
 TE_CHECK = staged(transformer_engine.CHECK, transformer_engine.FOLDER / "check.py")
 RCCL_TESTS_CHECK = staged(rccl_tests.CHECK, rccl_tests.FOLDER / "check.py")
 sys.path.insert(0, str(SCRIPTS_DIR))
-import buildtime  # noqa: E402
+import buildtime
 
 
 def test_the_fixture_is_a_zstd_compressed_bundle() -> None:
