@@ -108,6 +108,7 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
     assert named == {"source:hipblaslt": {"hipblaslt"}, "source:aws-ofi-nccl": {"network_plugin"},
                      "source:libfabric": {"network_plugin"}, "source:rccl-tests": {"rccl_tests"},
                      "source:rccl-tuner": {"rccl_tuner"},
+                     "source:transformer-engine": {"transformer_engine"},
                      "source:megatron-lm": {"megatron"}}
     base = components["base-image"]
     assert base["version"] == lock.base_digest and base["type"] == "container"

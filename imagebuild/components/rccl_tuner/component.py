@@ -22,7 +22,6 @@ from imagebuild.components.protocol import (
     Stage,
 )
 from imagebuild.components.shared import (
-    git_source,
     needs_rocm,
     pinned_source,
     rccl_loading,
@@ -32,7 +31,7 @@ from imagebuild.components.shared import (
 from imagebuild.lock.model import GitPin, Pin, PinnedSource
 from imagebuild.recipe import grammar
 from imagebuild.recipe.model import GitSource, Recipe
-from imagebuild.recipe.spec import GIT_REF, REPOSITORY, Bool, Obj, Str
+from imagebuild.recipe.spec import REPOSITORY, Bool, Obj, Str
 
 NAME = "rccl_tuner"
 #: Its source's key in the lock's [tool.imagebuild.sources].
@@ -71,7 +70,8 @@ SPEC = Obj(
     fields={
         "enabled": Bool(),
         "repository": REPOSITORY,
-        "ref": GIT_REF,
+        "ref": Str("a git branch, tag or 40-hex commit; default rocm-<rocm>, the tag RCCL "
+                   "gives each ROCm release", grammar.GIT_REF),
         "example_dir": Str("the example's directory in the repository, like "
                            "ext-tuner/example", grammar.SUBDIR),
         "interface_adapter": Bool("true or false: also export ncclTunerPlugin_v4 (RCCL "
@@ -86,7 +86,7 @@ DEFAULTS = {"enabled": False, "example_dir": "ext-tuner/example", "interface_ada
 
 def rules(tuner: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
     needs_rocm(NAME, recipe, problem, ": the plugin is checked against the image's RCCL")
-    require_keys(NAME, tuner, ("repository", "ref"), problem)
+    require_keys(NAME, tuner, ("repository",), problem)
     if ".." in tuner["example_dir"].split("/"):
         problem((NAME, "example_dir"), f"{tuner['example_dir']!r} leaves the repository")
     refused_with_rocm_wheels(NAME, recipe, problem,
@@ -95,7 +95,9 @@ def rules(tuner: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
 
 
 def read(tuner: SectionData, recipe: RecipeData) -> RcclTuner:
-    return RcclTuner(enabled=tuner["enabled"], source=git_source(tuner),
+    ref = tuner.get("ref") or f"rocm-{recipe['rocm']}"
+    return RcclTuner(enabled=tuner["enabled"],
+                     source=GitSource(tuner.get("repository", ""), ref),
                      example_dir=tuner["example_dir"],
                      interface_adapter=tuner["interface_adapter"], config=tuner.get("config"))
 

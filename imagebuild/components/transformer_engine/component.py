@@ -6,7 +6,7 @@ SBOM part)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,8 @@ SPEC = Obj(
         "enabled": Bool(),
         "version": Str("a TransformerEngine release on the index, like 2.2.0",
                        grammar.VERSION_TEXT, check=exact_version),
-        "repository": REPOSITORY,
-        "ref": GIT_REF,
+        "repository": replace(REPOSITORY, nullable=True),
+        "ref": replace(GIT_REF, nullable=True),
         "missing_targets": Seq(Str("a GPU target of gpu_targets that TransformerEngine's "
                                    "libraries may lack, like gfx90a", grammar.GFX_TARGET)),
     })
@@ -100,12 +100,16 @@ def _base(target: str) -> str:
 
 
 def rules(engine: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
-    from_source = "repository" in engine or "ref" in engine
+    from_source = engine.get("repository") is not None or engine.get("ref") is not None
     if from_source:
-        require_keys(NAME, engine, ("repository", "ref"), problem)
+        for key in ("repository", "ref"):
+            if engine.get(key) is None:
+                problem((NAME, key), f"missing (required with transformer_engine."
+                        f"{'ref' if key == 'repository' else 'repository'})")
         if "version" in engine:
             problem((NAME, "version"), "set with repository and ref: name either the index's "
-                    "release (version) or a source (repository, ref), not both")
+                    "release (version) or a source (repository, ref; a recipe extending one "
+                    "with a source sets both to null to take the index's release)")
     else:
         require_keys(NAME, engine, ("version",), problem)
     for name in (*WHEELS, TORCH_SDIST):
@@ -129,7 +133,7 @@ def rules(engine: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
 
 
 def read(engine: SectionData, recipe: RecipeData) -> TransformerEngine:
-    source = git_source(engine) if "repository" in engine else None
+    source = git_source(engine) if engine.get("repository") is not None else None
     return TransformerEngine(enabled=engine["enabled"], version=str(engine.get("version", "")),
                              source=source, missing_targets=tuple(engine["missing_targets"]))
 

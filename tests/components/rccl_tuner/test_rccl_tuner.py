@@ -66,6 +66,12 @@ def _recipe(tmp_path: Path, body: str, rocm: str = "7.2.4") -> Path:
 SECTION = f"rccl_tuner:\n  enabled: true\n  repository: {RCCL}\n  ref: rocm-7.2.4\n"
 
 
+def test_the_ref_defaults_to_the_releases_tag(tmp_path: Path) -> None:
+    body = f"rccl_tuner:\n  enabled: true\n  repository: {RCCL}\n"
+    tuner = rccl_tuner.section(load_recipe(str(_recipe(tmp_path, body, "7.0.2"))))
+    assert tuner is not None and tuner.source == GitSource(RCCL, "rocm-7.0.2")
+
+
 def test_the_section_loads_with_its_defaults(tmp_path: Path) -> None:
     recipe = load_recipe(str(_recipe(tmp_path, SECTION)))
     assert recipe.components["rccl_tuner"] == TUNER
@@ -98,8 +104,6 @@ def test_the_lock_pins_rccls_commit_and_a_new_ref_changes_the_recipe() -> None:
 
 
 @pytest.mark.parametrize(("body", "rocm", "problem"), [
-    (f"rccl_tuner:\n  enabled: true\n  repository: {RCCL}\n", "7.2.4",
-     "rccl_tuner.ref: missing (required when rccl_tuner.enabled is true)"),
     ("rccl_tuner:\n  enabled: true\n  ref: rocm-7.2.4\n", "7.2.4",
      "rccl_tuner.repository: missing (required when rccl_tuner.enabled is true)"),
     ("rccl_tuner:\n  enabled: true\n  url: https://example.org/t.tar.gz\n", "7.2.4",

@@ -50,7 +50,7 @@ def _recipe(tmp_path: Path, section: str, targets: str = "[gfx90a, gfx942]") -> 
      'for gfx942;gfx950 only): its first kernel there would fail with "invalid device '
      'function"')),
     (f"  repository: {TE_REPO}\n", "[gfx942]",
-     "transformer_engine.ref: missing (required when transformer_engine.enabled is true)"),
+     "transformer_engine.ref: missing (required with transformer_engine.repository)"),
     (f"  version: 2.2.0\n  repository: {TE_REPO}\n  ref: main\n", "[gfx942]",
      "transformer_engine.version: set with repository and ref"),
     ("  version: 2.2.0\n  missing_targets: [gfx950]\n", "[gfx942]",
