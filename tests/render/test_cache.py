@@ -85,7 +85,7 @@ def test_stage_graph_of_rocm_7_0_2(tmp_path: Path, rocm: Recipe):
     variant = Variant(rocm, tmp_path)
     stages = variant.stages
     assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "rccl-tests",
-                            "rccl-tuner", "python", "megatron", "final"]
+                            "rccl-tuner", "python", "transformer-engine", "megatron", "final"]
     assert stages["base"].base.startswith("rocm/dev-ubuntu-24.04:7.0.2-complete@sha256:")
     assert stages["toolchain"].uses == {"base"}
     assert stages["hipblaslt"].uses == {"toolchain"}
@@ -94,13 +94,16 @@ def test_stage_graph_of_rocm_7_0_2(tmp_path: Path, rocm: Recipe):
     assert stages["rccl-tuner"].uses == {"toolchain"}
     # The venv never waits for (or rebuilds with) the compilers.
     assert stages["python"].uses == {"base"}
-    # Megatron's helpers compile against the venv, mounted from the python stage.
+    # Megatron's helpers and TransformerEngine compile against the venv, mounted from the
+    # python stage.
     assert stages["megatron"].uses == {"toolchain", "python"}
+    assert stages["transformer-engine"].uses == {"toolchain", "python"}
     assert stages["final"].uses == {"base", "hipblaslt", "plugin", "rccl-tests", "rccl-tuner",
-                                    "python", "megatron"}
+                                    "python", "transformer-engine", "megatron"}
     assert "toolchain" not in stages["final"].uses  # no compilers in the final image
     assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin",
-                                           "rccl-tests", "rccl-tuner", "python", "megatron"}
+                                           "rccl-tests", "rccl-tuner", "python",
+                                           "transformer-engine", "megatron"}
 
 
 def test_cpu_recipe_has_base_python_final_only(tmp_path: Path):
@@ -121,7 +124,8 @@ def test_recipe_values_reach_only_the_stages_that_use_them(tmp_path: Path, rocm:
     # The wheel pins reach the python stage (its staged pylock.toml) and the final stage's
     # labels and manifest; never a source build.
     assert [s for s, seen in where.items() if torch in seen] == ["python", "final"]
-    assert [s for s, seen in where.items() if "gfx90a;gfx942" in seen] == ["hipblaslt"]
+    assert [s for s, seen in where.items() if "gfx90a;gfx942" in seen] == \
+        ["hipblaslt", "transformer-engine"]
     assert variant.lock.git("hipblaslt").commit in where["hipblaslt"]
     assert variant.lock.git("hipblaslt").commit not in where["python"] + where["plugin"]
     assert variant.lock.git("network-plugin").commit in where["plugin"]
@@ -149,9 +153,13 @@ def test_label_change_rebuilds_no_heavy_stage(tmp_path: Path, rocm: Recipe):
 def test_wheel_pin_change_rebuilds_neither_hipblaslt_nor_plugin(tmp_path: Path, rocm: Recipe):
     before, after = variants(tmp_path, rocm,
                              with_pin(rocm, "torch", "2.8.0+rocm7.0.2.lw.git12345678"))
-    # Megatron's dataset helpers are compiled against the venv, so they follow it; the
-    # checkout is reused.
-    assert rebuilt(before.keys, after.keys) == {"python", "megatron", "final"}
+    # Megatron's dataset helpers and TransformerEngine are compiled against the venv, so
+    # they follow it; the checkouts are reused.
+    assert rebuilt(before.keys, after.keys) == {"python", "transformer-engine", "megatron",
+                                                "final"}
+    assert first_changed(before.keys["transformer-engine"],
+                         after.keys["transformer-engine"]) == \
+        after.index("transformer-engine", "RUN --mount=type=bind,from=python")
     assert first_changed(before.keys["megatron"], after.keys["megatron"]) == \
         after.index("megatron", "RUN --mount=type=bind,from=python")
     # uv itself is not fetched again: only the venv step re-runs.
@@ -161,9 +169,10 @@ def test_wheel_pin_change_rebuilds_neither_hipblaslt_nor_plugin(tmp_path: Path, 
 
 def test_gpu_target_change_rebuilds_hipblaslt_not_python(tmp_path: Path, rocm: Recipe):
     before, after = variants(tmp_path, rocm, replace(rocm, gpu_targets=("gfx942",)))
-    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "rccl-tests", "final"}
+    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "rccl-tests",
+                                                "transformer-engine", "final"}
     # The source checkouts are reused; the build steps are the first to re-run.
-    for stage in ("hipblaslt", "rccl-tests"):
+    for stage in ("hipblaslt", "rccl-tests", "transformer-engine"):
         checkout = after.index(stage, "RUN --mount=type=secret")
         assert first_changed(before.keys[stage], after.keys[stage]) > checkout, stage
     assert "-a gfx942 " in after.stages["hipblaslt"].text
@@ -278,7 +287,7 @@ def test_cache_model_sees_context_content(tmp_path: Path, rocm: Recipe):
     pylock = variant.context / "pylock.toml"
     pylock.write_text(pylock.read_text() + "\n# edited\n")
     assert rebuilt(variant.keys, cache_keys(variant.text, variant.context)) == \
-        {"python", "megatron", "final"}
+        {"python", "transformer-engine", "megatron", "final"}
 
 
 def test_heavy_stages_come_before_volatile_final_steps(tmp_path: Path, rocm: Recipe):
