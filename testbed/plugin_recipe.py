@@ -124,7 +124,7 @@ def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: 
     ``shipped``'s plugin stage (optionally another libfabric release or other sites, for
     the tests of what must fail; ``network_plugin=False``: none), when ``rccl_tests`` names
     GPU targets, ``shipped``'s rccl-tests built for those, and ``rccl_tuner`` as its
-    rccl_tuner section (url, sha256, ...)."""
+    rccl_tuner section (repository, ref, ...)."""
     recipe = load_recipe(shipped, REPO_ROOT)
     plugin = plugin_component.section(recipe)
     tests = tests_component.section(recipe)

@@ -10,8 +10,12 @@ rewrites the recipe's URLs into the lock, so the build fetches from here too:
   (upload-pack must allow fetching a commit by id: the build fetches the locked commit at
   depth 1);
 - an HTTP server serves the archives under GitHub's release layout
-  (``/libfabric/v1.22.0/libfabric-1.22.0.tar.bz2``), and RCCL's example tuner as
-  ``/rccl-ext-tuner/rccl-ext-tuner.tar.gz`` (``tuner_url``; a recipe names that URL itself).
+  (``/libfabric/v1.22.0/libfabric-1.22.0.tar.bz2``);
+- RCCL's example tuner (rccl-ext-tuner.tar.gz: RCCL's ext-tuner/ files at their upstream
+  paths) is served as ``ROCm/rccl.git``: a repository of one commit holding those files,
+  tagged with each ROCm release a recipe names (``TUNER_TAGS``), so a recipe's
+  ``rccl_tuner: {repository: https://github.com/ROCm/rccl.git, ref: rocm-7.2.4}`` locks and
+  builds from it like from RCCL itself (a sparse checkout of ext-tuner/example).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +44,36 @@ LIBFABRIC_RELEASES = ("1.22.0", "2.1.0")
 LIBFABRIC_DOWNLOADS = "https://github.com/ofiwg/libfabric/releases/download/"
 #: RCCL's example tuner plugin (ext-tuner/example), a source archive.
 TUNER_ARCHIVE = "rccl-ext-tuner.tar.gz"
+#: The tags the mirror's ROCm/rccl.git carries: the ROCm releases the recipes name.
+TUNER_TAGS = ("rocm-6.4.4", "rocm-7.0.2", "rocm-7.1.1", "rocm-7.2.4")
+#: A fixed author and date: the same fixture gives the same commit.
+_FIXED_COMMIT_ENV = {"GIT_AUTHOR_NAME": "imagebuild testbed", "GIT_AUTHOR_EMAIL": "testbed@invalid",
+                     "GIT_COMMITTER_NAME": "imagebuild testbed",
+                     "GIT_COMMITTER_EMAIL": "testbed@invalid",
+                     "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
+                     "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z"}
+
+
+def tuner_repository(archive: Path, bare: Path) -> Path:
+    """A bare repository standing in for ROCm/rccl: one commit of the archive's files at
+    their upstream paths (ext-tuner/...), tagged ``TUNER_TAGS``."""
+    work = bare.with_name(bare.name + ".work")
+    with tarfile.open(archive) as opened:
+        opened.extractall(work, filter="data")
+    tree = work / "rccl-ext-tuner"
+    env = {**os.environ, **_FIXED_COMMIT_ENV}
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tree), *args], check=True, env=env,
+                       capture_output=True)
+
+    git("init", "-q", "-b", "develop")
+    git("add", "-A")
+    git("commit", "-q", "-m", f"RCCL's ext-tuner files from {archive.name} (PROVENANCE.txt)")
+    for tag in TUNER_TAGS:
+        git("tag", tag)
+    subprocess.run(["git", "clone", "-q", "--bare", str(tree), str(bare)], check=True)
+    return bare
 
 
 def fixtures_dir() -> Path:
@@ -88,10 +123,12 @@ class SourceMirror:
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.symlink_to(self.fixtures / name)
-        tuner = self.workdir / "http" / "rccl-ext-tuner" / TUNER_ARCHIVE
-        if not tuner.exists():
-            tuner.parent.mkdir(parents=True, exist_ok=True)
-            tuner.symlink_to(self.fixtures / TUNER_ARCHIVE)
+        rccl = git_root / "ROCm" / "rccl.git"
+        if not rccl.exists():
+            tuner_repository(self.fixtures / TUNER_ARCHIVE, rccl)
+        # The build fetches the locked commit by id, at depth 1, blob-less: partial clone.
+        for key in ("uploadpack.allowAnySHA1InWant", "uploadpack.allowFilter"):
+            subprocess.run(["git", "-C", str(rccl), "config", key, "true"], check=True)
         self.git_port = _free_port()
         self._daemon = subprocess.Popen(
             ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={git_root}",
@@ -128,12 +165,6 @@ class SourceMirror:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()
-
-    @property
-    def tuner_url(self) -> str:
-        """The example tuner's archive over HTTP."""
-        assert self._http is not None, "start() the mirror first"
-        return f"{self._http.url.rstrip('/')}/rccl-ext-tuner/{TUNER_ARCHIVE}"
 
     @property
     def mirrors(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ from imagebuild.components.hipblaslt import component as hipblaslt
 from imagebuild.components.megatron import component as megatron
 from imagebuild.components.network_plugin import component as network_plugin
 from imagebuild.components.protocol import Component
+from imagebuild.components.rccl import component as rccl
 from imagebuild.components.rccl_tests import component as rccl_tests
 from imagebuild.components.rccl_tuner import component as rccl_tuner
 from imagebuild.components.transformer_engine import component as transformer_engine
@@ -24,6 +25,7 @@ from imagebuild.recipe.model import Recipe, Section
 COMPONENTS: tuple[Component, ...] = (
     hipblaslt.COMPONENT,
     cxi_stack.COMPONENT,
+    rccl.COMPONENT,
     network_plugin.COMPONENT,
     rccl_tests.COMPONENT,
     rccl_tuner.COMPONENT,

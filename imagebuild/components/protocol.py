@@ -183,6 +183,9 @@ class Component:
     pins: Callable[[Any, Recipe], tuple[Pin, ...]] = _no_pins
     #: The project files an enabled section names.
     project_files: Callable[[Any], tuple[ProjectFile, ...]] = _nothing
+    #: What the committed EDF of a recipe that enables it tells a job about it: comment
+    #: lines (without the ``# ``), such as the variables that switch on what it offers.
+    edf_notes: Callable[[Any], tuple[str, ...]] = _nothing
     #: Components whose outputs it builds on, by name: each earlier in the registry; their
     #: plans, when on, are handed to its plan (``PlanContext.needed``).
     needs: tuple[str, ...] = ()

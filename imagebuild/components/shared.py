@@ -3,7 +3,13 @@ have in common, what a source build needs, the source a stage fetches."""
 
 from __future__ import annotations
 
-from imagebuild.components.protocol import KeyPath, ProblemAt, RecipeData, SectionData
+from imagebuild.components.protocol import (
+    KeyPath,
+    PlanContext,
+    ProblemAt,
+    RecipeData,
+    SectionData,
+)
 from imagebuild.lock.model import LockedGit
 from imagebuild.recipe.model import GitSource, Recipe
 
@@ -53,3 +59,13 @@ def refused_with_rocm_wheels(name: str, recipe: RecipeData, problem: ProblemAt,
     """The component needs ROCm in the base image, which a ROCm-from-wheels recipe has not."""
     if recipe["rocm_from"] == "wheels":
         problem((name, "enabled"), f"must be false with rocm_from: wheels: {why}")
+
+
+def rccl_loading(context: PlanContext) -> tuple[str, str | None]:
+    """(where, stage): the RCCL a plugin's check reads the interface lookups of: the recipe's
+    pinned RCCL (``rccl:``, a component this one ``needs``: its install prefix, mounted from
+    its stage), else the base image's, under rocm_prefix (no stage)."""
+    pinned = context.needed.get("rccl")
+    if pinned is None or pinned.stage is None:
+        return context.recipe.rocm_prefix, None
+    return pinned.values.prefix, pinned.stage.name

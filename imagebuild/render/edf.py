@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
+from imagebuild import components
 from imagebuild.errors import SquashError
 from imagebuild.files import canonical_digest
 from imagebuild.generated import GeneratedFile
@@ -154,6 +155,7 @@ def render_edf(
     regenerate: str | None = None,
     tuning: RuntimeTuning | None = None,
     network: ImageNetwork | None = None,
+    notes: tuple[str, ...] = (),
 ) -> str:
     """EDF TOML text for ``recipe`` at ``site``. Pure: same inputs, same bytes.
 
@@ -164,6 +166,7 @@ def render_edf(
     ``network``: what the image carries for RCCL's network (its plan's
     ``image_network``); the environment names no network the image cannot load. None: an
     image of unknown content, the profile's settings as written (the header says so).
+    ``notes``: comment lines on what the image offers a job (its components' EDF notes).
     """
     hook, hook_note = hook_annotations(site, rocm_version)
     if network is not None and network.plugin is None and site.network.plugin == "image":
@@ -177,6 +180,8 @@ def render_edf(
               "site": {"name": site.name, "sha256": site.sha256}}
     if network is not None:
         inputs["network"] = asdict(network)
+    if notes:
+        inputs["notes"] = list(notes)
     if tuning is not None:
         inputs["tuning"] = {"mounts": tuning.edf_mounts(), "env": tuning.env_dict()}
     header = [
@@ -189,6 +194,7 @@ def render_edf(
         f"# input-hash: {canonical_digest(inputs)}",
         "# Use: srun --environment=<this file> ...",
     ]
+    header[-1:-1] = [f"# {line}" for line in notes]
     if tuning is not None:
         header[-1:-1] = [f"# tuning bundle: {mount} (loaded by the variables "
                          f"{', '.join(tuning.env_dict())})" for mount in tuning.edf_mounts()]
@@ -237,8 +243,10 @@ def generated_edf(recipe: Recipe, project: Path, site_name: str = DEFAULT_SITE,
     # machine's absolute path (the file is committed).
     image = edf_image_path(site, Path(f"{recipe.name}.sqsh")) if site.image_dir \
         else f"${{PWD}}/artifacts/{recipe.name}.sqsh"
+    notes = tuple(line for component, section in components.enabled(recipe)
+                  for line in component.edf_notes(section))
     text = render_edf(recipe=recipe.name, image=image, site=site, rocm_version=recipe.rocm,
-                      regenerate=command, network=network)
+                      regenerate=command, network=network, notes=notes)
     return GeneratedFile(edf_path(project, recipe.name), text, command=command)
 
 

@@ -13,8 +13,9 @@ import jinja2
 import pytest
 
 from imagebuild import components
-from imagebuild.components.rccl_tuner.component import RcclTuner
+from imagebuild.components.rccl.component import Rccl
 from imagebuild.recipe.load import load_recipe, recipe_names
+from imagebuild.recipe.model import GitSource
 from imagebuild.render.plan import plan_for
 from imagebuild.render.stages import SLOTS
 from tests.components.conftest import REPO
@@ -48,12 +49,11 @@ def test_a_places_order_holds_every_component_once(place: str) -> None:
 
 
 def test_what_the_plans_name_is_in_the_folders() -> None:
-    """Over the shipped recipes' plans (and 7.2.4's with the tuner and the CXI stack, which
-    none enables):
-    every component planned at least once."""
+    """Over the shipped recipes' plans (and 7.2.4's with RCCL pinned and the CXI stack,
+    which none enables): every component planned at least once."""
     recipes = [load_recipe(name, REPO) for name in recipe_names(REPO)]
-    tuner = RcclTuner(True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64)
-    recipes.append(load_recipe("rocm-7.2.4", REPO).with_component("rccl_tuner", tuner))
+    pinned = Rccl(True, GitSource("https://github.com/ROCm/rccl.git", "rocm-7.1.1"))
+    recipes.append(load_recipe("rocm-7.2.4", REPO).with_component("rccl", pinned))
     recipes.append(load_recipe("rocm-7.2.4", REPO).with_component("cxi_stack", CXI_STACK))
     folders = {c.name: c.folder for c in components.registered()}
     planned = set()

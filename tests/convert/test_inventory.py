@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from imagebuild.build.inventory import inventory_inputs, inventory_scan
-from imagebuild.components.rccl_tuner.component import RcclTuner
 from imagebuild.convert.inventory import component_counts
 from imagebuild.convert.sbom import (
     IMAGE_SBOM,
@@ -108,26 +107,22 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
              for ref, c in components.items() if ref.startswith("source:")}
     assert named == {"source:hipblaslt": {"hipblaslt"}, "source:aws-ofi-nccl": {"network_plugin"},
                      "source:libfabric": {"network_plugin"}, "source:rccl-tests": {"rccl_tests"},
+                     "source:rccl-tuner": {"rccl_tuner"},
+                     "source:transformer-engine": {"transformer_engine"},
                      "source:megatron-lm": {"megatron"}}
     base = components["base-image"]
     assert base["version"] == lock.base_digest and base["type"] == "container"
     assert "repository_url=docker.io/rocm/dev-ubuntu-24.04" in base["purl"]
 
 
-def test_sbom_names_the_tuner_archive_by_its_sha256(rocm):
-    recipe, lock, _plan = rocm
-    url, sha = "https://mirror.example.org/rccl-ext-tuner.tar.gz", "ab" * 32
-    tuned = recipe.with_component("rccl_tuner", RcclTuner(True, url, sha))
-    inputs, _layout = inventory_inputs(plan_for(tuned, lock))
-    text = sbom_json(image_sbom(inputs, DPKG_STATUS, {"ID": "ubuntu", "VERSION_ID": "24.04"},
-                                1_700_000_000))
-    assert validation_errors(text) is None
-    tuner = {c["bom-ref"]: c for c in json.loads(text)["components"]}["source:rccl-tuner"]
-    assert tuner["hashes"] == [{"alg": "SHA-256", "content": sha}]
-    assert tuner["externalReferences"][0]["url"] == url
-    assert f"checksum=sha256:{sha}" in tuner["purl"]
+def test_sbom_names_the_tuners_rccl_commit_and_directory(rocm):
+    _recipe, lock, _plan = rocm
+    tuner = {c["bom-ref"]: c for c in _sbom(rocm)["components"]}["source:rccl-tuner"]
+    commit = lock.git("rccl-tuner").commit
+    assert tuner["version"] == commit
+    assert tuner["purl"] == f"pkg:github/rocm/rccl@{commit}#ext-tuner/example"
+    assert {"name": "imagebuild:subdir", "value": "ext-tuner/example"} in tuner["properties"]
     assert {"name": "imagebuild:component", "value": "rccl_tuner"} in tuner["properties"]
-    assert "source:rccl-tuner" not in {c["bom-ref"] for c in _sbom(rocm)["components"]}
 
 
 def test_sbom_lists_every_wheel_and_installed_deb(rocm):
@@ -189,6 +184,7 @@ def _crafted(plan) -> dict[str, bytes]:
         "opt/aws-ofi-nccl/lib/librccl-net.so": b"p" * 100,
         "opt/libfabric/lib/libfabric.so.1": b"f" * 200,
         "opt/rccl-tests/bin/all_reduce_perf": b"t" * 60,
+        "opt/rccl-tuner/lib/librccl-tuner.so": b"u" * 40,
         "opt/megatron-lm/pretrain_gpt.py": b"m" * 80,
         "opt/imagebuild/manifest.json": b"{}",
         "usr/include/stdio.h": b"i" * 10,
@@ -209,15 +205,16 @@ def test_size_table_sums_the_image_by_part(rocm):
     # a row for each component's part, named by the component, in the registry's order
     assert [part for part, _, _ in table.rows] == [
         BASE, OS_PACKAGES, VENV_PART, "hipBLASLt tuning kit", "hipBLASLt",
-        "network plugin + libfabric", "rccl-tests", "Megatron-LM", OTHER]
+        "network plugin + libfabric", "rccl-tests", "RCCL tuner", "Megatron-LM", OTHER]
     assert table.total == sum(len(d) for d in files.values()) == scan.total
     assert sizes[OS_PACKAGES] == 300  # libhwloc15: installed by the final stage for the plugin
     assert sizes[VENV_PART] == 5001
     assert sizes["hipBLASLt"] == 4000 and sizes["hipBLASLt tuning kit"] == 700
     assert sizes["network plugin + libfabric"] == 300
     assert sizes["rccl-tests"] == 60 and sizes["Megatron-LM"] == 80
+    assert sizes["RCCL tuner"] == 40
     assert sizes[OTHER] == 2
-    assert sizes[BASE] == table.total - 300 - 5001 - 4700 - 300 - 60 - 80 - 2
+    assert sizes[BASE] == table.total - 300 - 5001 - 4700 - 300 - 60 - 40 - 80 - 2
     # the SBOM went into the stream, made from the image's own dpkg database
     with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
         sbom = json.loads(tar.extractfile(IMAGE_SBOM).read())

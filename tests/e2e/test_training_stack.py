@@ -165,7 +165,7 @@ def test_the_extension_was_compiled_against_the_images_torch_and_loads(built: di
     manifest = json.loads(run("cat", "/opt/imagebuild/manifest.json").stdout)
     engine = manifest["transformer_engine"]
     assert engine["version"] == TE_VERSION
-    assert engine["torch_extension"]["version"] == TE_VERSION
-    [extension] = engine["torch_extension"]["files"]
+    assert engine["built"]["version"] == TE_VERSION
+    [extension] = engine["built"]["files"]
     assert extension.startswith("/opt/venv/lib/python3.11/site-packages/transformer_engine_torch")
-    assert any(name.startswith("libc10") for name in engine["torch_extension"]["links"][extension])
+    assert any(name.startswith("libc10") for name in engine["built"]["links"][extension])

@@ -89,22 +89,26 @@ def with_pin(recipe: Recipe, name: str, version: str) -> Recipe:
 def test_stage_graph_of_rocm_7_0_2(tmp_path: Path, rocm: Recipe):
     variant = Variant(rocm, tmp_path)
     stages = variant.stages
-    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "rccl-tests", "python",
-                            "megatron", "final"]
+    assert list(stages) == ["base", "toolchain", "hipblaslt", "plugin", "rccl-tests",
+                            "rccl-tuner", "python", "transformer-engine", "megatron", "final"]
     assert stages["base"].base.startswith("rocm/dev-ubuntu-24.04:7.0.2-complete@sha256:")
     assert stages["toolchain"].uses == {"base"}
     assert stages["hipblaslt"].uses == {"toolchain"}
     assert stages["plugin"].uses == {"toolchain"}
     assert stages["rccl-tests"].uses == {"toolchain"}
+    assert stages["rccl-tuner"].uses == {"toolchain"}
     # The venv never waits for (or rebuilds with) the compilers.
     assert stages["python"].uses == {"base"}
-    # Megatron's helpers compile against the venv, mounted from the python stage.
+    # Megatron's helpers and TransformerEngine compile against the venv, mounted from the
+    # python stage.
     assert stages["megatron"].uses == {"toolchain", "python"}
-    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "rccl-tests", "python",
-                                    "megatron"}
+    assert stages["transformer-engine"].uses == {"toolchain", "python"}
+    assert stages["final"].uses == {"base", "hipblaslt", "plugin", "rccl-tests", "rccl-tuner",
+                                    "python", "transformer-engine", "megatron"}
     assert "toolchain" not in stages["final"].uses  # no compilers in the final image
     assert depends_on(stages, "final") == {"base", "toolchain", "hipblaslt", "plugin",
-                                           "rccl-tests", "python", "megatron"}
+                                           "rccl-tests", "rccl-tuner", "python",
+                                           "transformer-engine", "megatron"}
 
 
 def test_cpu_recipe_has_base_python_final_only(tmp_path: Path):
@@ -125,7 +129,8 @@ def test_recipe_values_reach_only_the_stages_that_use_them(tmp_path: Path, rocm:
     # The wheel pins reach the python stage (its staged pylock.toml) and the final stage's
     # labels and manifest; never a source build.
     assert [s for s, seen in where.items() if torch in seen] == ["python", "final"]
-    assert [s for s, seen in where.items() if "gfx90a;gfx942" in seen] == ["hipblaslt"]
+    assert [s for s, seen in where.items() if "gfx90a;gfx942" in seen] == \
+        ["hipblaslt", "transformer-engine"]
     assert variant.lock.git("hipblaslt").commit in where["hipblaslt"]
     assert variant.lock.git("hipblaslt").commit not in where["python"] + where["plugin"]
     assert variant.lock.git("network-plugin").commit in where["plugin"]
@@ -153,9 +158,13 @@ def test_label_change_rebuilds_no_heavy_stage(tmp_path: Path, rocm: Recipe):
 def test_wheel_pin_change_rebuilds_neither_hipblaslt_nor_plugin(tmp_path: Path, rocm: Recipe):
     before, after = variants(tmp_path, rocm,
                              with_pin(rocm, "torch", "2.8.0+rocm7.0.2.lw.git12345678"))
-    # Megatron's dataset helpers are compiled against the venv, so they follow it; the
-    # checkout is reused.
-    assert rebuilt(before.keys, after.keys) == {"python", "megatron", "final"}
+    # Megatron's dataset helpers and TransformerEngine are compiled against the venv, so
+    # they follow it; the checkouts are reused.
+    assert rebuilt(before.keys, after.keys) == {"python", "transformer-engine", "megatron",
+                                                "final"}
+    assert first_changed(before.keys["transformer-engine"],
+                         after.keys["transformer-engine"]) == \
+        after.index("transformer-engine", "RUN --mount=type=bind,from=python")
     assert first_changed(before.keys["megatron"], after.keys["megatron"]) == \
         after.index("megatron", "RUN --mount=type=bind,from=python")
     # uv itself is not fetched again: only the venv step re-runs.
@@ -165,9 +174,10 @@ def test_wheel_pin_change_rebuilds_neither_hipblaslt_nor_plugin(tmp_path: Path, 
 
 def test_gpu_target_change_rebuilds_hipblaslt_not_python(tmp_path: Path, rocm: Recipe):
     before, after = variants(tmp_path, rocm, replace(rocm, gpu_targets=("gfx942",)))
-    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "rccl-tests", "final"}
+    assert rebuilt(before.keys, after.keys) == {"hipblaslt", "rccl-tests",
+                                                "transformer-engine", "final"}
     # The source checkouts are reused; the build steps are the first to re-run.
-    for stage in ("hipblaslt", "rccl-tests"):
+    for stage in ("hipblaslt", "rccl-tests", "transformer-engine"):
         checkout = after.index(stage, "RUN --mount=type=secret")
         assert first_changed(before.keys[stage], after.keys[stage]) > checkout, stage
     assert "-a gfx942 " in after.stages["hipblaslt"].text
@@ -232,15 +242,16 @@ def test_cpu_recipe_env_change_keeps_the_venv(tmp_path: Path):
 def test_a_new_epoch_redates_every_stage_but_recompiles_nothing(tmp_path: Path, rocm: Recipe):
     """A lock of the same pins written at another time has another SOURCE_DATE_EPOCH. The
     final stage is keyed on it (what it writes is dated by it, the venv included); of the
-    plugin, hipBLASLt, rccl-tests and Megatron stages only the last step is, which dates
-    their install trees: their compiles come from the cache. The python stage, the venv's
-    install, does not see it (the final stage dates the venv as it copies it), nor do the
-    base and the toolchain."""
+    plugin, hipBLASLt, rccl-tests, tuner and Megatron stages only the last step is, which
+    dates their install trees: their compiles come from the cache. The python stage, the
+    venv's install, does not see it (the final stage dates the venv as it copies it), nor
+    do the base and the toolchain."""
     variant = Variant(rocm, tmp_path)
     before = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767225600"})
     after = cache_keys(variant.text, variant.context, {"SOURCE_DATE_EPOCH": "1767312000"})
-    assert rebuilt(before, after) == {"hipblaslt", "plugin", "rccl-tests", "megatron", "final"}
-    for stage in ("hipblaslt", "plugin", "rccl-tests", "megatron"):
+    assert rebuilt(before, after) == {"hipblaslt", "plugin", "rccl-tests", "rccl-tuner",
+                                      "megatron", "final"}
+    for stage in ("hipblaslt", "plugin", "rccl-tests", "rccl-tuner", "megatron"):
         steps = variant.stages[stage].instructions
         assert first_changed(before[stage], after[stage]) == len(steps), stage
         assert steps[-2] == "ARG SOURCE_DATE_EPOCH" and steps[-1].startswith("RUN find "), stage
@@ -328,7 +339,7 @@ def test_cache_model_sees_context_content(tmp_path: Path, rocm: Recipe):
     pylock = variant.context / "pylock.toml"
     pylock.write_text(pylock.read_text() + "\n# edited\n")
     assert rebuilt(variant.keys, cache_keys(variant.text, variant.context)) == \
-        {"python", "megatron", "final"}
+        {"python", "transformer-engine", "megatron", "final"}
 
 
 def test_heavy_stages_come_before_volatile_final_steps(tmp_path: Path, rocm: Recipe):

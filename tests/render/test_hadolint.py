@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from imagebuild.components.rccl_tuner.component import RcclTuner
 from imagebuild.recipe.load import load_recipe
 from imagebuild.render.dockerfile import render_dockerfile
 from imagebuild.render.plan import plan_for
@@ -61,6 +60,7 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
     recipe = load_recipe("rocm-7.0.2", REPO)
     hip: Any = recipe.components["hipblaslt"]
     plugin: Any = recipe.components["network_plugin"]
+    tuner: Any = recipe.components["rccl_tuner"]
     for label, changed in {
         "no-hipblaslt": recipe.with_component("hipblaslt", replace(hip, enabled=False)),
         "no-plugin": recipe.with_component("network_plugin", replace(plugin, enabled=False)),
@@ -71,11 +71,8 @@ def rendered_variants(tmp_path: Path) -> dict[str, str]:
         "builtin-frontend": replace(recipe, dockerfile_syntax=None),
         "no-tuning-kit": recipe.with_component("hipblaslt", replace(hip, tuning_kit=False,
                                                                     clients=False)),
-        "rccl-tuner": recipe.with_component("rccl_tuner", RcclTuner(
-            True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64)),
-        "rccl-tuner-as-is": recipe.with_component("rccl_tuner", RcclTuner(
-            True, "https://example.org/rccl-ext-tuner.tar.gz", "0" * 64,
-            interface_adapter=False)),
+        "rccl-tuner-as-is": recipe.with_component("rccl_tuner", replace(
+            tuner, interface_adapter=False)),
     }.items():
         variants[label] = render_dockerfile(plan_for(changed, None))
     cpu = load_recipe("cpu-test", FIXTURES)

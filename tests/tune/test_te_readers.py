@@ -27,11 +27,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def project_te_versions() -> set[str]:
-    """The TransformerEngine versions the shipped recipes pin."""
+    """The TransformerEngine versions the shipped recipes pin (the index's releases; a
+    source build's version is its checkout's, recorded in the image manifest, which
+    `tune te-file --manifest` reads)."""
     versions = set()
     for path in sorted((REPO / "recipes").glob("rocm-*.yaml")):
         engine = te_section(load_recipe(path.stem, REPO))
-        if engine:
+        if engine and engine.source is None:
             versions.add(engine.version)
     return versions
 

@@ -24,6 +24,7 @@ from imagebuild.components.shared import (
     git_source,
     needs_rocm,
     pinned_source,
+    rccl_loading,
     refused_with_rocm_wheels,
     require_keys,
 )
@@ -148,6 +149,10 @@ class PluginPlan:
     rocm_prefix: str
     #: The oldest libfabric the plugin must load with, from the recipe's sites.
     libfabric_target: LibfabricTarget
+    #: The RCCL whose lookups the check reads: the pinned one (``rccl:``, mounted from its
+    #: stage) or the base image's, under rocm_prefix.
+    rccl_where: str = ""
+    rccl_stage: str | None = None
     #: What the plugin stage measured about the plugin (ELF symbol versions, RUNPATH),
     #: merged into the manifest by the final stage.
     record: str = RECORD
@@ -171,6 +176,7 @@ def plan(context: PlanContext) -> ComponentPlan:
     locked = lock.git(LOCK_KEY) if lock else None
     archive = lock.archive(LIBFABRIC_KEY) if lock else None
     repository, revision = pinned_source(plugin.source, locked)
+    rccl_where, rccl_stage = rccl_loading(context)
     values = PluginPlan(
         kind=plugin.kind, repository=repository, revision=revision, ref=plugin.source.ref,
         prefix=plugin_prefix(plugin.kind), libfabric_version=plugin.libfabric.version,
@@ -179,6 +185,7 @@ def plan(context: PlanContext) -> ComponentPlan:
         libfabric_prefix=LIBFABRIC_PREFIX, rocm_prefix=recipe.rocm_prefix,
         libfabric_target=libfabric_target(short_path(recipe.path), plugin.libfabric.version,
                                           context.inputs.sites),
+        rccl_where=rccl_where, rccl_stage=rccl_stage,
         release=plugin.source.ref.lstrip("v") if release_tuple(plugin.source.ref) else None)
     net_plugin = NetPlugin(
         kind=plugin.kind, library=values.library,
@@ -248,6 +255,6 @@ def _manifest(values: PluginPlan, plugin: NetworkPlugin, sites: tuple[str, ...],
 COMPONENT = Component(
     name=NAME, title="network plugin", folder=FOLDER,
     spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins, plan=plan,
-    always_recorded=True, needs_build_packages=True,
+    always_recorded=True, needs_build_packages=True, needs=("rccl",),
     precedes=(("final", "hipblaslt"),),
 )

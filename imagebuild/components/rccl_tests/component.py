@@ -149,7 +149,8 @@ def plan(context: PlanContext) -> ComponentPlan:
         stage=Stage("rccl-tests", "stage.j2", "toolchain + rccl-tests' *_perf benchmarks",
                     "rccl-tests repository/commit, GPU targets"),
         steps=("final.j2",), scripts=((CHECK, FOLDER / "check.py"),),
-        build_packages=SOURCE_BUILD_PACKAGES,
+        # zstd: the check reads device code hipcc compressed (--offload-compress) with it.
+        build_packages=(*SOURCE_BUILD_PACKAGES, "zstd"),
         linked_files=tuple(binaries),
         # On PATH, after the base image's directories, so that they shadow nothing.
         path=(values.bin_dir,),

@@ -1,11 +1,12 @@
 """RCCL's example tuner plugin: the recipe section and its rules, and its plan (the
 rccl-tuner stage, its final-stage steps and environment, manifest, SBOM and size parts).
-The recipe pins its source archive by sha256: the lock pins nothing for it."""
+Its source is RCCL's repository at a release tag, which the lock pins to a commit; the
+stage checks out the example's directory only."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,32 +21,40 @@ from imagebuild.components.protocol import (
     SectionData,
     Stage,
 )
-from imagebuild.components.shared import needs_rocm, refused_with_rocm_wheels, require_keys
+from imagebuild.components.shared import (
+    needs_rocm,
+    pinned_source,
+    rccl_loading,
+    refused_with_rocm_wheels,
+    require_keys,
+)
 from imagebuild.errors import RenderError, short_path
-from imagebuild.lock.model import LockedArchive, PinnedSource
+from imagebuild.lock.model import GitPin, Pin, PinnedSource
 from imagebuild.recipe import grammar
-from imagebuild.recipe.fields import Bool, Obj, Str
+from imagebuild.recipe.fields import REPOSITORY, Bool, Obj, Str
 from imagebuild.recipe.image_network import below_floor
-from imagebuild.recipe.model import Recipe
+from imagebuild.recipe.model import GitSource, Recipe
 
 NAME = "rccl_tuner"
+#: Its source's key in the lock's [tool.imagebuild.sources].
+LOCK_KEY = "rccl-tuner"
 
 
 @dataclass(frozen=True)
 class RcclTuner:
-    """RCCL's example tuner plugin from a source archive pinned by sha256, built against
-    the image's RCCL; ``interface_adapter`` adds the v4 interface RCCL 2.27 looks up."""
+    """RCCL's example tuner plugin from RCCL's repository at a commit the lock pins, built
+    against the image's RCCL; ``interface_adapter`` adds the v4 interface RCCL 2.27 looks
+    up."""
 
     enabled: bool
-    url: str = ""
-    sha256: str = ""
+    source: GitSource
     example_dir: str = "ext-tuner/example"
     interface_adapter: bool = True
     #: A tuner configuration file, relative to the project; None: the image sets none.
     config: str | None = None
 
     def lock_inputs(self) -> dict[str, Any]:
-        return {}  # the recipe pins the archive by its sha256: nothing to lock
+        return {NAME: asdict(self.source)}
 
 
 def section(recipe: Recipe) -> RcclTuner | None:
@@ -56,16 +65,17 @@ def section(recipe: Recipe) -> RcclTuner | None:
 
 SPEC = Obj(
     description="RCCL's example tuner plugin (ext-tuner/example: a CSV of algorithm, protocol "
-                "and channels per collective and size range), from a source archive pinned by "
-                "sha256: built against the image's RCCL into /opt/rccl-tuner, checked to "
-                "export a tuner interface that RCCL looks up, and named by NCCL_TUNER_PLUGIN",
+                "and channels per collective and size range), from RCCL's repository at a "
+                "commit the lock pins (a sparse checkout of the example's directory): built "
+                "against the image's RCCL into /opt/rccl-tuner, checked to export a tuner "
+                "interface that RCCL looks up, and named by NCCL_TUNER_PLUGIN",
     fields={
         "enabled": Bool(),
-        "url": Str("an http(s):// URL of a source archive with one top-level directory",
-                   grammar.ARCHIVE_URL),
-        "sha256": Str("the archive's sha256, 64 lowercase hex digits", grammar.SHA256),
-        "example_dir": Str("the example's directory in the archive, below its top-level "
-                           "directory, like ext-tuner/example", grammar.SUBDIR),
+        "repository": REPOSITORY,
+        "ref": Str("a git branch, tag or 40-hex commit; default rocm-<rocm>, the tag RCCL "
+                   "gives each ROCm release", grammar.GIT_REF),
+        "example_dir": Str("the example's directory in the repository, like "
+                           "ext-tuner/example", grammar.SUBDIR),
         "interface_adapter": Bool("true or false: also export ncclTunerPlugin_v4 (RCCL "
                                   "2.27's interface) from the example's v5 functions"),
         "config": Str("a tuner configuration in the project, like tuning/nccl_tuner.conf "
@@ -78,16 +88,24 @@ DEFAULTS = {"enabled": False, "example_dir": "ext-tuner/example", "interface_ada
 
 def rules(tuner: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
     needs_rocm(NAME, recipe, problem, ": the plugin is checked against the image's RCCL")
-    require_keys(NAME, tuner, ("url", "sha256"), problem)
+    require_keys(NAME, tuner, ("repository",), problem)
+    if ".." in tuner["example_dir"].split("/"):
+        problem((NAME, "example_dir"), f"{tuner['example_dir']!r} leaves the repository")
     refused_with_rocm_wheels(NAME, recipe, problem,
                              "the tuner stage checks the plugin against the base image's "
                              "RCCL (rocm_prefix), which such a base does not have")
 
 
 def read(tuner: SectionData, recipe: RecipeData) -> RcclTuner:
-    return RcclTuner(enabled=tuner["enabled"], url=tuner.get("url", ""),
-                     sha256=tuner.get("sha256", ""), example_dir=tuner["example_dir"],
+    ref = tuner.get("ref") or f"rocm-{recipe['rocm']}"
+    return RcclTuner(enabled=tuner["enabled"],
+                     source=GitSource(tuner.get("repository", ""), ref),
+                     example_dir=tuner["example_dir"],
                      interface_adapter=tuner["interface_adapter"], config=tuner.get("config"))
+
+
+def pins(tuner: RcclTuner, recipe: Recipe) -> tuple[Pin, ...]:
+    return (GitPin(LOCK_KEY, tuner.source),)
 
 
 def project_files(tuner: RcclTuner) -> tuple[ProjectFile, ...]:
@@ -112,22 +130,43 @@ PROBE = "rccl-tuner-probe.c"
 #: the recipe names a configuration.
 PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
 CONFIG_ENV = "NCCL_TUNER_CONFIG_FILE"
+#: The v4 adapter's recording switch (v4-adapter.c): a directory for tuner-<host>-<pid>.csv.
+RECORD_ENV = "IMAGEBUILD_TUNER_RECORD"
 #: Where the build context stages the recipe's tuner configuration.
 CONFIG_CONTEXT = "rccl-tuner.conf"
-#: What the tuner stage needs beyond the recipe's build_packages: curl fetches the archive,
+#: What the tuner stage needs beyond the recipe's build_packages: git fetches the source,
 #: gcc compiles the plugin and the probe (plain C), readelf and python3 run its check.
-BUILD_PACKAGES = ("gcc", "libc6-dev", "curl", "ca-certificates", "binutils", "python3")
+BUILD_PACKAGES = ("gcc", "libc6-dev", "git", "ca-certificates", "binutils", "python3")
+#: Where the stage checks the repository out.
+CHECKOUT = "/usr/src/rccl-tuner"
+
+
+def edf_notes(tuner: RcclTuner) -> tuple[str, ...]:
+    """How a job reaches the tuner, as `imagebuild tune rccl` expects: where its config is
+    read from, and the switch that records what RCCL asks it (--records DIR)."""
+    config = (f"{PREFIX}/nccl_tuner.conf (the recipe's)" if tuner.config is not None else
+              "none (RCCL keeps its own choices)")
+    plugin = f"RCCL tuner: the image sets {PLUGIN_ENV}={PREFIX}/lib/librccl-tuner.so"
+    bundle = f"a tuning bundle's EDF (`imagebuild tune edf`) sets {CONFIG_ENV} to its"
+    record = f'To record the sizes RCCL asks it about, add {RECORD_ENV} = "DIR" to [env];'
+    return (f"{plugin}; {CONFIG_ENV}: {config};",
+            f"  {bundle} nccl_tuner.conf.",
+            f"  {record} then `imagebuild tune rccl --records DIR`.")
 
 
 @dataclass(frozen=True)
 class RcclTunerPlan:
-    url: str
-    sha256: str
-    #: The example's directory in the unpacked archive.
-    source_dir: str
+    repository: str
+    #: The locked commit, or the recipe's ref when unlocked (review renders only).
+    revision: str
+    ref: str
+    #: The example's directory in the repository (the sparse checkout's only directory).
+    example_dir: str
     interface_adapter: bool
-    #: Where ROCm is: the RCCL whose lookups the check reads.
-    rocm_prefix: str
+    #: The RCCL whose lookups the check reads: the pinned one (``rccl:``, mounted from its
+    #: stage) or the base image's, under rocm_prefix.
+    rccl_where: str
+    rccl_stage: str | None = None
     #: Whether the recipe names a configuration (copied into the image).
     configured: bool = False
     prefix: str = PREFIX
@@ -137,6 +176,11 @@ class RcclTunerPlan:
     plugin_env: str = PLUGIN_ENV
     config_env: str = CONFIG_ENV
     config_context: str = CONFIG_CONTEXT
+    checkout: str = CHECKOUT
+
+    @property
+    def source_dir(self) -> str:
+        return f"{self.checkout}/{self.example_dir}"
 
     @property
     def library_name(self) -> str:
@@ -168,7 +212,7 @@ def planned(parts: Mapping[str, ComponentPlan]) -> RcclTunerPlan | None:
 
 
 def plan(context: PlanContext) -> ComponentPlan:
-    recipe, tuner = context.recipe, context.section
+    recipe, tuner, lock = context.recipe, context.section, context.lock
     # A network plugin release whose own tuner breaks beside another is refused here.
     plugins = [part.net_plugin for part in context.needed.values() if part.net_plugin]
     why = below_floor(plugins[0] if plugins else None, tuner=True)
@@ -176,10 +220,14 @@ def plan(context: PlanContext) -> ComponentPlan:
         raise RenderError(f"{short_path(recipe.path)}: rccl_tuner: {why}",
                           hint="use aws-ofi-nccl v1.20.0 or newer (v1.21.1) for "
                                "network_plugin.ref, or turn the tuner off")
+    locked = lock.git(LOCK_KEY) if lock else None
+    repository, revision = pinned_source(tuner.source, locked)
+    rccl_where, rccl_stage = rccl_loading(context)
     values = RcclTunerPlan(
-        url=tuner.url, sha256=tuner.sha256,
-        source_dir=f"/usr/src/rccl-tuner/{tuner.example_dir}",
-        interface_adapter=tuner.interface_adapter, rocm_prefix=recipe.rocm_prefix,
+        repository=repository, revision=revision, ref=tuner.source.ref,
+        example_dir=tuner.example_dir,
+        interface_adapter=tuner.interface_adapter, rccl_where=rccl_where,
+        rccl_stage=rccl_stage,
         configured=tuner.config is not None)
     files = [(PROBE, (FOLDER / "probe.c").read_text())]
     if values.interface_adapter:
@@ -193,7 +241,7 @@ def plan(context: PlanContext) -> ComponentPlan:
         name=NAME, values=values,
         stage=Stage("rccl-tuner", "stage.j2",
                     "toolchain + RCCL's example tuner plugin and its probe",
-                    "tuner archive (url, sha256), interface adapter"),
+                    "tuner repository/commit, interface adapter"),
         steps=("final.j2",), files=tuple(files), scripts=((CHECK, FOLDER / "check.py"),),
         build_packages=BUILD_PACKAGES,
         linked_files=(values.library, values.probe),
@@ -201,18 +249,22 @@ def plan(context: PlanContext) -> ComponentPlan:
         env=tuple(env),
         # "interface" (what RCCL looks up, what the tuner exports) is added by the final
         # stage's check.
-        manifest={"enabled": True, "source": {"url": tuner.url, "sha256": tuner.sha256},
+        manifest={"enabled": True,
+                  "source": {"repository": locked.repository, "ref": locked.ref,
+                             "commit": locked.commit, "subdir": tuner.example_dir}
+                  if locked else None,
                   "interface_adapter": values.interface_adapter, "library": values.library,
                   "probe": values.probe, "config": values.config},
-        sources=(PinnedSource(NAME, "rccl-tuner",
-                              LockedArchive(tuner.url, tuner.sha256, size=0)),),
+        sources=(PinnedSource(NAME, "rccl-tuner", locked, subdir=tuner.example_dir),)
+        if locked else (),
         sizes=((PREFIX, "RCCL tuner"),))
 
 
 COMPONENT = Component(
     name=NAME, title="RCCL tuner", folder=FOLDER,
-    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, plan=plan,
-    project_files=project_files,
-    # Its plan judges the network plugin's release (a tuner beside an old plugin's).
-    needs=("network_plugin",),
+    spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins, plan=plan,
+    project_files=project_files, edf_notes=edf_notes,
+    # The pinned RCCL it is checked against; the network plugin whose release it judges
+    # (a tuner beside an old plugin's own).
+    needs=("rccl", "network_plugin"),
 )

@@ -14,7 +14,12 @@ directory (Python runs a directory holding a ``__main__.py``, with that director
 - ``dlopen``: loading a library with dlopen(RTLD_NOW) in a fresh interpreter, under a
   given loader path, and what else it mapped;
 - ``manifest_section``, ``update_manifest``: what a final-stage check reads from and adds to
-  the image's manifest.
+  the image's manifest;
+- ``device_targets``: the GPU targets whose device code an ELF file carries, read from the
+  clang offload bundles in its .hip_fatbin section (hipcc's layout, clang/lib/Driver/
+  OffloadBundler.cpp: the magic ``__CLANG_OFFLOAD_BUNDLE__``, the number of entries, then
+  per entry its offset, size and bundle-entry ID like ``hipv4-amdgcn-amd-amdhsa--gfx942``),
+  compressed ones (``CCOB``, ``--offload-compress``: zlib or zstd) decompressed first.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ import glob
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
+import zlib
 from typing import NoReturn
 
 #: A child process dlopens, so that LD_LIBRARY_PATH applies (the loader reads it at start),
@@ -147,3 +154,111 @@ def update_manifest(path: str, section: str, values: dict) -> dict:
         handle.write("\n")
     os.replace(partial, path)
     return entry
+
+
+MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+COMPRESSED = b"CCOB"
+
+
+
+def section(path: str, name: bytes) -> bytes | None:
+    """The bytes of one section of a 64-bit little-endian ELF file, None when absent."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+               for i in range(shnum)]
+    names = headers[shstrndx]
+    for header in headers:
+        start = names[4] + header[0]
+        if data[start:data.index(b"\0", start)] == name:
+            if header[1] == 8:  # SHT_NOBITS
+                return b""
+            return data[header[4]:header[4] + header[5]]
+    return None
+
+
+def _unzstd(payload: bytes) -> bytes:
+    """zstd: Python 3.14's codec, else the ``zstd`` program (Debian's zstd package), which
+    the stages that run a device-code check install."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+    except ImportError:
+        pass
+    else:
+        return zstd.decompress(payload)
+    try:
+        done = subprocess.run(["zstd", "-dcq"], input=payload, capture_output=True,
+                              check=False, timeout=300)
+    except FileNotFoundError:
+        raise ValueError("a zstd-compressed offload bundle needs Python 3.14's "
+                         "compression.zstd or the zstd program to be read") from None
+    if done.returncode != 0:
+        raise ValueError(f"zstd -d failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def _decompress(blob: bytes, at: int) -> tuple[bytes, int]:
+    """A compressed bundle at ``at``: its decompressed bytes and its length in ``blob``."""
+    version, method = struct.unpack_from("<HH", blob, at + 4)
+    if version == 1:
+        total = None
+        header = 4 + 2 + 2 + 4 + 8
+    elif version == 2:
+        total, = struct.unpack_from("<I", blob, at + 8)
+        header = 4 + 2 + 2 + 4 + 4 + 8
+    elif version == 3:
+        total, = struct.unpack_from("<Q", blob, at + 8)
+        header = 4 + 2 + 2 + 8 + 8 + 8
+    else:
+        raise ValueError(f"compressed offload bundle version {version} is not known")
+    payload = blob[at + header:at + total] if total else blob[at + header:]
+    if method == 0:
+        return zlib.decompress(payload), total or len(blob) - at
+    if method == 1:
+        return _unzstd(payload), total or len(blob) - at
+    raise ValueError(f"compressed offload bundle method {method} is not known")
+
+
+def bundle_entries(blob: bytes) -> list[str]:
+    """The bundle-entry IDs of every offload bundle in a .hip_fatbin section's bytes."""
+    entries: list[str] = []
+    at = 0
+    while at < len(blob):
+        if blob.startswith(MAGIC, at):
+            count, = struct.unpack_from("<Q", blob, at + len(MAGIC))
+            cursor = at + len(MAGIC) + 8
+            end = cursor
+            for _ in range(count):
+                offset, size, length = struct.unpack_from("<QQQ", blob, cursor)
+                cursor += 24
+                entries.append(blob[cursor:cursor + length].decode("ascii"))
+                cursor += length
+                end = max(end, at + offset + size)
+            at = max(end, cursor)
+        elif blob.startswith(COMPRESSED, at):
+            inner, used = _decompress(blob, at)
+            entries += bundle_entries(inner)
+            at += used
+        else:
+            # Padding: hipcc aligns each bundle (to 4096 bytes).
+            found = [i for i in (blob.find(MAGIC, at), blob.find(COMPRESSED, at)) if i >= 0]
+            at = min(found, default=len(blob))
+    return entries
+
+
+def device_targets(path: str) -> set[str]:
+    """The GPU targets of the device code ``path`` carries (``gfx942``, ``gfx90a:xnack+``)."""
+    fatbin = section(path, b".hip_fatbin")
+    if fatbin is None:
+        return set()
+    targets = set()
+    for entry in bundle_entries(fatbin):
+        kind, _, rest = entry.partition("-")
+        if kind.startswith("hip"):
+            # <kind>-<arch>-<vendor>-<os>-<environment>-<target id>; the environment is empty.
+            targets.add(rest.split("-", 4)[-1])
+    return targets

@@ -39,7 +39,9 @@ with hipcc in the 7.2.4 toolchain the whole file took 355 s with an empty BuildK
 session, so the difference also holds that session's machine load).
 
 The same image carries RCCL's example tuner plugin, built by the rccl-tuner stage from the
-fixture archive (rccl-ext-tuner.tar.gz, served over HTTP) with the v4 adapter: the build
+fixture archive's files (rccl-ext-tuner.tar.gz, served by the mirror as ROCm/rccl.git at the
+shipped recipe's tag, locked to its commit, the example's directory checked out alone) with
+the v4 adapter: the build
 read ncclTunerPlugin_v4, v3, v2 from librccl1 7.2.4 and chose v4 (the tuner exports v5 and
 v4); NCCL_TUNER_PLUGIN names it, and NCCL_TUNER_CONFIG_FILE the configuration that
 `imagebuild tune rccl` wrote from a sweep before the build (rccl_tuner.config, copied into
@@ -69,7 +71,6 @@ actually choosing the plugin at run time, and the hipBLASLt stage.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -82,16 +83,19 @@ import pytest
 
 from imagebuild.components.network_plugin import component as network_plugin
 from imagebuild.components.rccl_tests import component as rccl_tests
+from imagebuild.components.rccl_tuner import component as tuner_component
 from imagebuild.images import latest_tag
+from imagebuild.recipe.load import load_recipe
 from testbed import base_images
 from testbed.plugin_recipe import (
+    REPO_ROOT,
     SID_ROCM_7_2_4,
     TRIXIE_ROCM_5_7_1,
     DebianRocm,
     placeholder_torch,
     plugin_recipe,
 )
-from testbed.source_mirror import TUNER_ARCHIVE, SourceMirror
+from testbed.source_mirror import SourceMirror
 from tests.support.indexserver import IndexServer
 from tests.support.scripts import staged
 
@@ -114,7 +118,7 @@ RECIPES: dict[str, tuple[DebianRocm, str, str | None, tuple[str, ...] | None]] =
 #: test recipe -> the GPU targets its rccl-tests are built for (one, to keep CI short); the
 #: image of the plugin that RCCL 7.2.4 loads carries them, so no other image is built.
 RCCL_TESTS = {"plugin-nccl-724": ("gfx942",)}
-#: test recipe -> its rccl_tuner section (besides url and sha256, which the mirror decides).
+#: test recipe -> its rccl_tuner section (besides repository and ref: the shipped recipe's).
 #: The image RCCL 7.2.4 loads carries the example tuner behind the v4 adapter; the example as
 #: it is (v5 only) goes into a recipe of its own, without a network plugin, which must fail.
 TUNERS: dict[str, dict[str, object]] = {
@@ -178,11 +182,13 @@ def project(tmp_path_factory: pytest.TempPathFactory, bases: dict[str, str]) -> 
     tuned = imagebuild(root, "tune", "rccl", "--sweep-results", str(root / "sweep.csv"),
                        "--out", str(root / "tuning"))
     assert tuned.returncode == 0, tuned.stderr
+    shipped_tuner = tuner_component.section(load_recipe("rocm-7.2.4", REPO_ROOT))
+    assert shipped_tuner is not None
     with index, SourceMirror(root / "mirror") as mirror:
         mirrors = [f"--git-mirror={src}={dst}" for src, dst in mirror.mirrors.items()]
-        tuner_sha256 = hashlib.sha256((mirror.fixtures / TUNER_ARCHIVE).read_bytes()).hexdigest()
         for name, (debian, shipped, libfabric, sites) in RECIPES.items():
-            tuner = ({"url": mirror.tuner_url, "sha256": tuner_sha256, **TUNERS[name]}
+            tuner = ({"repository": shipped_tuner.source.repository,
+                      "ref": shipped_tuner.source.ref, **TUNERS[name]}
                      if name in TUNERS else None)
             (root / "recipes" / f"{name}.yaml").write_text(plugin_recipe(
                 shipped, debian, bases[debian.base.tag], index.url_for("whl/"), libfabric,
@@ -446,7 +452,9 @@ def test_the_adapted_tuner_is_what_rccl_7_2_4_looks_up_and_the_image_names_it(
         assert edf.get("env", {}).get(key, env[key]) == env[key]
     sbom = json.loads((project["root"] / "artifacts" / f"{TUNER_IMAGE}.cdx.json").read_text())
     source = {c["bom-ref"]: c for c in sbom["components"]}["source:rccl-tuner"]
-    assert source["hashes"] == [{"alg": "SHA-256", "content": tuner["source"]["sha256"]}]
+    assert tuner["source"]["ref"] == "rocm-7.2.4"
+    assert source["version"] == tuner["source"]["commit"]
+    assert tuner["source"]["repository"].endswith("/ROCm/rccl.git")
     carried = docker("run", "--rm", image, "cat", tuner["config"]).stdout
     assert carried == (project["root"] / "tuning" / "nccl_tuner.conf").read_text()
     # no tuner and no config in an image whose recipe has none

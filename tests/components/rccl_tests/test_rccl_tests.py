@@ -163,9 +163,9 @@ def test_the_final_stage_copies_checks_and_puts_the_benchmarks_on_path(rocm) -> 
     ldd = next(i for i in final.instructions if " ldd " in i)
     assert all(binary in ldd for binary in binaries)
     env = next(i for i in final.instructions if i.startswith("ENV VIRTUAL_ENV="))
-    assert 'PATH="/opt/venv/bin:${PATH}:/opt/rccl-tests/bin"' in env
+    assert 'PATH="/opt/venv/bin:${PATH}:/opt/rccl-tests/bin:/opt/rccl-tuner/bin"' in env
     profile = next(i for i in final.instructions if "zz-imagebuild-path.sh" in i)
-    assert "PATH='/opt/venv/bin:$PATH:/opt/rccl-tests/bin'" in profile
+    assert "PATH='/opt/venv/bin:$PATH:/opt/rccl-tests/bin:/opt/rccl-tuner/bin'" in profile
 
 
 def test_the_manifest_records_the_pin_and_the_binaries(rocm) -> None:

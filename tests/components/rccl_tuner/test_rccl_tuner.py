@@ -1,6 +1,8 @@
 """RCCL's tuner plugin in the ROCm images: the recipe key, the stage the plan and the
-Dockerfile make of it, and the stage's sources run for real here: the example tuner from the
-source fixture (../shared/fixtures/sources/rccl-ext-tuner.tar.gz) compiled with gcc, with and
+Dockerfile make of it (RCCL's repository at the release's tag, pinned by the lock to a
+commit, the example's directory checked out alone), and the stage's sources run for real
+here: the example tuner from the source fixture
+(../shared/fixtures/sources/rccl-ext-tuner.tar.gz) compiled with gcc, with and
 without the project's v4 adapter; the interface check against an ELF library carrying an
 RCCL's lookup strings; rccl-tuner-probe dlopening the tuner with a config written by
 ``imagebuild tune rccl``. tests/components/network_plugin/test_plugin_stage.py builds the stage in an image
@@ -15,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,8 +28,10 @@ from imagebuild.components.rccl_tuner.component import RcclTuner
 from imagebuild.errors import RecipeError, RenderError
 from imagebuild.project import chosen_project
 from imagebuild.recipe.load import load_recipe
+from imagebuild.recipe.model import GitSource
 from imagebuild.render.context import build_context
 from imagebuild.render.dockerfile import render_dockerfile
+from imagebuild.render.edf import generated_edf
 from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
 from imagebuild.render.stages import stage_plan
@@ -38,15 +43,15 @@ from tests.support.scripts import staged
 
 CHECK = staged(rccl_tuner.CHECK, rccl_tuner.FOLDER / "check.py")
 ARCHIVE = "rccl-ext-tuner.tar.gz"
-SHA = "89a0c37a567c07c9570d9ab880b8f982dd49852be01ce1c90fbc585f470955d0"
-TUNER = RcclTuner(enabled=True, url="https://example.org/rccl-ext-tuner.tar.gz", sha256=SHA)
+RCCL = "https://github.com/ROCm/rccl.git"
+TUNER = RcclTuner(enabled=True, source=GitSource(RCCL, "rocm-7.2.4"))
 
 
 @pytest.fixture
 def rocm(tmp_path: Path):
-    recipe = load_recipe("rocm-7.2.4", REPO)
+    recipe = load_recipe("rocm-7.2.4", REPO).with_component("rccl_tuner", TUNER)
     lock = write_lock(recipe, tmp_path / "pylock.rocm-7.2.4.toml")
-    return recipe.with_component("rccl_tuner", TUNER), lock
+    return recipe, lock
 
 
 # --- recipe ----------------------------------------------------------------------------------
@@ -58,28 +63,52 @@ def _recipe(tmp_path: Path, body: str, rocm: str = "7.2.4") -> Path:
     return path
 
 
-SECTION = f"rccl_tuner:\n  enabled: true\n  url: https://example.org/t.tar.gz\n  sha256: {SHA}\n"
+SECTION = f"rccl_tuner:\n  enabled: true\n  repository: {RCCL}\n  ref: rocm-7.2.4\n"
+
+
+def test_the_ref_defaults_to_the_releases_tag(tmp_path: Path) -> None:
+    body = f"rccl_tuner:\n  enabled: true\n  repository: {RCCL}\n"
+    tuner = rccl_tuner.section(load_recipe(str(_recipe(tmp_path, body, "7.0.2"))))
+    assert tuner is not None and tuner.source == GitSource(RCCL, "rocm-7.0.2")
 
 
 def test_the_section_loads_with_its_defaults(tmp_path: Path) -> None:
     recipe = load_recipe(str(_recipe(tmp_path, SECTION)))
-    assert recipe.components["rccl_tuner"] == RcclTuner(True, "https://example.org/t.tar.gz", SHA,
-                                          "ext-tuner/example", True)
-    assert recipe.to_dict()["rccl_tuner"]["sha256"] == SHA
+    assert recipe.components["rccl_tuner"] == TUNER
+    assert recipe.to_dict()["rccl_tuner"]["source"]["ref"] == "rocm-7.2.4"
+    assert TUNER.example_dir == "ext-tuner/example" and TUNER.interface_adapter
 
 
-def test_recipes_without_it_keep_their_hashes() -> None:
+@pytest.mark.parametrize("name", ["rocm-7.0.2", "rocm-7.0.2-swiss-ai", "rocm-7.1.1",
+                                  "rocm-7.2.4"])
+def test_the_packaged_rocm_recipes_build_the_tuner_from_rccl_at_their_release(name) -> None:
+    recipe = load_recipe(name, REPO)
+    tuner = rccl_tuner.section(recipe)
+    assert tuner is not None and tuner.interface_adapter
+    assert tuner.source == GitSource(RCCL, f"rocm-{recipe.rocm}")
+
+
+@pytest.mark.parametrize("name", ["rocm-6.4.4", "rocm-7.14.1", "rocm-10.1.0"])
+def test_recipes_whose_rccl_cannot_take_it_have_none(name) -> None:
+    # RCCL 2.22 (ROCm 6.4) looks up tuner v3 and v2 only; the TheRock lines have no RCCL in
+    # their base.
+    assert rccl_tuner.section(load_recipe(name, REPO)) is None
+
+
+def test_the_lock_pins_rccls_commit_and_a_new_ref_changes_the_recipe() -> None:
     recipe = load_recipe("rocm-7.2.4", REPO)
-    assert "rccl_tuner" not in recipe.components and "rccl_tuner" not in recipe.to_dict()
-    assert recipe.with_component("rccl_tuner", TUNER).input_hash() != recipe.input_hash()
+    pins = rccl_tuner.COMPONENT.pins(TUNER, recipe)
+    assert [(p.key, p.source) for p in pins] == [("rccl-tuner", TUNER.source)]  # type: ignore[union-attr]
+    moved = recipe.with_component("rccl_tuner", replace(TUNER, source=GitSource(RCCL, "develop")))
+    assert moved.lock_input_hash() != recipe.lock_input_hash()
 
 
 @pytest.mark.parametrize(("body", "rocm", "problem"), [
+    ("rccl_tuner:\n  enabled: true\n  ref: rocm-7.2.4\n", "7.2.4",
+     "rccl_tuner.repository: missing (required when rccl_tuner.enabled is true)"),
     ("rccl_tuner:\n  enabled: true\n  url: https://example.org/t.tar.gz\n", "7.2.4",
-     "rccl_tuner.sha256: missing (required when rccl_tuner.enabled is true)"),
-    (SECTION.replace(SHA, SHA[:40]), "7.2.4", "rccl_tuner.sha256"),
-    (SECTION.replace("https://example.org/t.tar.gz", "'https://x/t.tgz; rm -rf /'"), "7.2.4",
      "rccl_tuner.url"),
+    (SECTION.replace(RCCL, "'https://x/r.git; rm -rf /'"), "7.2.4", "rccl_tuner.repository"),
     (SECTION + "  example_dir: ../etc\n", "7.2.4", "rccl_tuner.example_dir"),
     (SECTION, "null", "rccl_tuner.enabled: needs a ROCm release"),
 ])
@@ -97,18 +126,24 @@ def test_the_image_owns_nccl_tuner_plugin(rocm) -> None:
 
 # --- plan, Dockerfile, context ----------------------------------------------------------------
 
-def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
+def test_the_stage_builds_the_locked_commit_and_the_image_names_the_tuner(rocm,
                                                                           tmp_path: Path) -> None:
     recipe, lock = rocm
+    locked = lock.git("rccl-tuner")
+    assert locked is not None and locked.ref == "rocm-7.2.4"
     plan = plan_for(recipe, lock)
     assert rccl_tuner.planned(plan.parts) is not None
-    for package in ("gcc", "curl", "binutils", "python3"):
+    for package in ("gcc", "git", "binutils", "python3"):
         assert package in plan.build_packages
     stages = parse_dockerfile(render_dockerfile(plan))
     stage = stages["rccl-tuner"]
     assert stage.uses == {"toolchain"} and "rccl-tuner" in stages["final"].uses
-    assert f"echo '{SHA}  /tmp/rccl-tuner.tar' > /tmp/rccl-tuner.tar.sha256" in stage.text
-    assert "sha256sum -c /tmp/rccl-tuner.tar.sha256" in stage.text
+    flat = " ".join(stage.text.split())
+    assert "curl" not in flat and "sha256sum" not in flat
+    assert (f"git -C /usr/src/rccl-tuner remote add origin {RCCL} && git -C /usr/src/rccl-tuner "
+            "sparse-checkout set --cone ext-tuner/example && git -C /usr/src/rccl-tuner fetch "
+            f"-q --depth 1 --filter=blob:none origin {locked.commit} ") in flat
+    assert "repository at the locked commit of rocm-7.2.4" in render_dockerfile(plan)
     assert "WORKDIR /usr/src/rccl-tuner/ext-tuner/example" in stage.text
     assert "/tmp/imagebuild/rccl-tuner-v4.c" in stage.text and " plugin.c" not in stage.text
     assert ("tuner-plugin-check.py stage /opt/rccl-tuner/lib/librccl-tuner.so --rccl /opt/rocm "
@@ -120,9 +155,13 @@ def test_the_stage_builds_the_pinned_archive_and_the_image_names_the_tuner(rocm,
         " ".join(final.split())
     assert ":/opt/rccl-tuner/bin" in final
     assert ("rccl-tuner", "toolchain + RCCL's example tuner plugin and its probe",
-            "tuner archive (url, sha256), interface adapter") in stage_plan(plan_for(recipe, None))
+            "tuner repository/commit, interface adapter") in stage_plan(plan_for(recipe, None))
+    assert "rocm-7.2.4 (UNLOCKED: a moving ref)" in render_dockerfile(plan_for(recipe, None))
     data = manifest(plan)["rccl_tuner"]
-    assert data["source"] == {"url": TUNER.url, "sha256": SHA} and data["interface_adapter"]
+    assert data["source"] == {"repository": RCCL, "ref": "rocm-7.2.4", "commit": locked.commit,
+                              "subdir": "ext-tuner/example"} and data["interface_adapter"]
+    [source] = plan.parts["rccl_tuner"].sources
+    assert source.pin == locked and source.subdir == "ext-tuner/example"
     context = build_context(plan, tmp_path / "ctx")
     for name in ("tuner-plugin-check.py/__main__.py", "rccl-tuner-v4.c", "rccl-tuner-probe.c"):
         assert name in context.files
@@ -388,3 +427,20 @@ def test_the_config_key_is_a_relative_path(tmp_path: Path) -> None:
         load_recipe(str(_recipe(tmp_path, SECTION + "  config: ../etc/passwd\n")))
     loaded = load_recipe(str(_recipe(tmp_path, SECTION + "  config: t/a.conf\n")))
     assert rccl_tuner.section(loaded).config == "t/a.conf"  # type: ignore[union-attr]
+
+
+# --- the EDF -------------------------------------------------------------------------------------
+
+def test_the_committed_edf_names_the_record_switch_and_the_config_the_tuner_reads() -> None:
+    """What `imagebuild tune rccl --records DIR` reads is what the adapter writes when a job
+    sets the variable the EDF names; the config variable is the one the example reads."""
+    adapter = (rccl_tuner.FOLDER / "v4-adapter.c").read_text()
+    assert f'getenv("{rccl_tuner.RECORD_ENV}")' in adapter
+    text = generated_edf(load_recipe("rocm-7.0.2", REPO), REPO).text
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert any('add IMAGEBUILD_TUNER_RECORD = "DIR" to [env]; then `imagebuild tune rccl '
+               '--records DIR`' in line for line in comments)
+    assert any("NCCL_TUNER_PLUGIN=/opt/rccl-tuner/lib/librccl-tuner.so; "
+               "NCCL_TUNER_CONFIG_FILE: none" in line for line in comments)
+    assert "IMAGEBUILD_TUNER_RECORD" not in tomllib.loads(text).get("env", {})
+    assert "TUNER" not in generated_edf(load_recipe("rocm-6.4.4", REPO), REPO).text
