@@ -50,8 +50,8 @@ def build_recipe(prepared: PreparedBuild, options: BuildOptions, *, engine: Engi
     started = time.monotonic()
     recipe = prepared.recipe
     for item in write_all([generated_dockerfile(prepared.plan, text=prepared.dockerfile),
-                           generated_edf(recipe, project_dir(),
-                                         default_site(DEFAULT_SITE))]):
+                           generated_edf(recipe, project_dir(), default_site(DEFAULT_SITE),
+                                         prepared.plan.image_network)]):
         say(f"rendered {item.path}")
     engine = engine or open_engine(options.backend, builder=options.builder)
     prepare_seconds = time.monotonic() - started
