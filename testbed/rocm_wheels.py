@@ -65,7 +65,8 @@ PYPI_PROJECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "numpy": ("2.3.3", ()),
     "pillow": ("11.3.0", ()),
     "pyyaml": ("6.0.3", ()),
-    "setuptools": ("80.9.0", ()),
+    # Below 80: the TransformerEngine source build bounds it (setuptools<80).
+    "setuptools": ("79.0.1", ()),
     "sympy": ("1.14.0", ("mpmath<1.4,>=1.1.0",)),
     "tqdm": ("4.67.1", ()),
     "typing-extensions": ("4.16.0", ()),

@@ -150,7 +150,9 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     other_build = pins["torch"].rsplit(".git", 1)[0] + ".git0badc0de"
     make_wheel(served.directory / release, "torch", other_build)
     make_rocm_wheels(served.directory / release, pins, python_tag="cp310")
-    engine = transformer_engine.section(recipe)
+    # TransformerEngine from the index (wheels and the extension's sdist) or from source.
+    section = transformer_engine.section(recipe)
+    engine = section if section is not None and section.source is None else None
     engine_files = (make_transformer_engine(served.directory / release, engine.version)
                     if engine else {})
     make_pypi_index(served.directory / "simple",
@@ -167,6 +169,15 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     megatron_commit = mirror_repository(mirror, megatron.repository, megatron.ref)
     tests = sections["rccl_tests"].source
     tests_commit = mirror_repository(mirror, tests.repository, tests.ref)
+    expected = {"hipblaslt": hipblaslt_commit, "network-plugin": plugin_commit,
+                "megatron": megatron_commit, "rccl-tests": tests_commit}
+    if section is not None and section.source is not None:
+        expected["transformer-engine"] = mirror_repository(
+            mirror, section.source.repository, section.source.ref)
+    tuner = sections.get("rccl_tuner")
+    if tuner is not None and tuner.enabled:
+        expected["rccl-tuner"] = mirror_repository(mirror, tuner.source.repository,
+                                                   tuner.source.ref)
     libfabric_url = sections["network_plugin"].libfabric.url
     archive = mirror / libfabric_url.removeprefix(GITHUB)
     archive.parent.mkdir(parents=True)
@@ -185,8 +196,7 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     assert {w.name for w in lock.wheels} >= {"numpy", "sympy", "filelock"}
     commits = {key: source.commit for key, source in lock.sources.items()
                if isinstance(source, LockedGit)}
-    assert commits == {"hipblaslt": hipblaslt_commit, "network-plugin": plugin_commit,
-                       "megatron": megatron_commit, "rccl-tests": tests_commit}
+    assert commits == expected
     assert lock.sources["rccl-tests"] == LockedGit(
         f"file://{mirror}/ROCm/rccl-tests.git", "develop", tests_commit)
     if engine is not None:
