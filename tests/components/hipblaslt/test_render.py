@@ -82,7 +82,7 @@ def test_the_final_stage_proves_one_library_after_the_manifest(name: str):
     check = next(i for i, text in enumerate(runs) if "hipblaslt-check.py final" in text)
     link = next(i for i, text in enumerate(runs) if "hipblaslt-check.py link" in text)
     copy_manifest = next(i for i, text in enumerate(runs) if text.startswith("COPY manifest"))
-    copy_venv = next(i for i, text in enumerate(runs) if "from=python,source=/opt/venv" in text)
+    copy_venv = next(i for i, text in enumerate(runs) if "cp -a /mnt/opt/venv /opt/venv" in text)
     assert copy_venv < link < copy_manifest < check
     command = run_instruction(final, "hipblaslt-check.py final")
     assert re.fullmatch(r"/opt/venv/bin/python /tmp/imagebuild/hipblaslt-check\.py final "
