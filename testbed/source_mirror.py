@@ -1,7 +1,7 @@
 """An air-gapped site's source mirror on 127.0.0.1, made from the upstream fixtures.
 
 ../shared/fixtures/sources holds git bundles (aws/aws-ofi-nccl, ROCm/aws-ofi-rccl, Megatron-LM's
-Swiss AI fork and ROCm port, ROCm/rccl-tests) and
+Swiss AI fork and ROCm port, ROCm/rccl-tests, HPE's three CXI repositories) and
 libfabric release archives. A site without GitHub serves such copies itself; imagebuild
 reaches them through its mirror option (``imagebuild lock --git-mirror FROM=TO``), which
 rewrites the recipe's URLs into the lock, so the build fetches from here too:
@@ -39,8 +39,11 @@ BUNDLES = (
     ("megatron-lm-swiss-ai.bundle", "swiss-ai/Megatron-LM.git"),
     ("megatron-lm-rocm.bundle", "ROCm/Megatron-LM.git"),
     ("rccl-tests.bundle", "ROCm/rccl-tests.git"),
+    ("shs-cassini-headers.bundle", "HewlettPackard/shs-cassini-headers.git"),
+    ("shs-cxi-driver.bundle", "HewlettPackard/shs-cxi-driver.git"),
+    ("shs-libcxi.bundle", "HewlettPackard/shs-libcxi.git"),
 )
-LIBFABRIC_RELEASES = ("1.22.0", "2.1.0")
+LIBFABRIC_RELEASES = ("1.22.0", "2.1.0", "2.6.0")
 LIBFABRIC_DOWNLOADS = "https://github.com/ofiwg/libfabric/releases/download/"
 #: RCCL's example tuner plugin (ext-tuner/example), a source archive.
 TUNER_ARCHIVE = "rccl-ext-tuner.tar.gz"

@@ -101,6 +101,20 @@ class EnvVar:
 
 
 @dataclass(frozen=True)
+class ProvidedLibfabric:
+    """A libfabric a component builds for the image, which the network plugin is then built
+    against (and RCCL loads it where the site's runtime leaves the image's libfabric alone)."""
+
+    #: Its install prefix, in ``stage`` and in the final image.
+    prefix: str
+    version: str
+    #: Providers beyond libfabric's built-in ones (tcp, udp, shm...): ``("cxi",)``.
+    providers: tuple[str, ...]
+    #: The build stage that installs it: a stage built on it finds the prefix in place.
+    stage: str
+
+
+@dataclass(frozen=True)
 class ComponentPlan:
     """Everything the later stages do for one component that is on, as data."""
 
@@ -140,6 +154,8 @@ class ComponentPlan:
     #: The RCCL network plugin it installs, if any: what a job's NCCL_NET may name
     #: (imagebuild.recipe.image_network).
     net_plugin: NetPlugin | None = None
+    #: The libfabric it builds for the others, if any.
+    libfabric: ProvidedLibfabric | None = None
 
 
 def _no_rules(section: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:

@@ -7,6 +7,7 @@ from imagebuild.components.protocol import (
     KeyPath,
     PlanContext,
     ProblemAt,
+    ProvidedLibfabric,
     RecipeData,
     SectionData,
 )
@@ -69,3 +70,9 @@ def rccl_loading(context: PlanContext) -> tuple[str, str | None]:
     if pinned is None or pinned.stage is None:
         return context.recipe.rocm_prefix, None
     return pinned.values.prefix, pinned.stage.name
+
+
+def image_libfabric(context: PlanContext) -> ProvidedLibfabric | None:
+    """The libfabric a component this one ``needs`` builds for the image (the CXI stack's),
+    or None: the component then builds its own."""
+    return next((part.libfabric for part in context.needed.values() if part.libfabric), None)

@@ -3,7 +3,9 @@
 One YAML file per site in imagebuild/data/sites/ (or a project's sites/ directory), so
 adding a site is adding a file: the GPU and its targets, the artifact formats the site's
 runtime consumes, and the Container Engine EDF settings (mounts, RCCL/libfabric
-environment, hook annotations).
+environment, hook annotations). A profile may ``extends: <profile>`` another and say only
+what differs: mappings merge key by key, lists and values are replaced, and a null removes
+what the profile it extends set.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:[a-z]+(\+[a-z]+)*)?$")
 _ROCM = re.compile(r"^(\d+)\.(\d+)(\.(\d+))?$")
 
-_TOP_KEYS = {"name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric",
+_TOP_KEYS = {"extends", "name", "description", "gpu", "gpu_targets", "formats", "edf", "libfabric",
              "container", "network", "slurm", "apptainer", "references", "history", "rocm",
              "sarus_suite"}
 _LIBFABRIC_KEYS = {"provided_by", "version", "library_dir"}
@@ -146,15 +148,15 @@ def default_site(fallback: str | None = None) -> str | None:
     return os.environ.get(SITE_ENV) or fallback
 
 
-def load_site(name: str, project: Path | None = None) -> SiteProfile:
-    """A site profile by name: ``<project>/sites/<name>.yaml`` first, then the shipped ones."""
+def _profile_file(name: str, project: Path | None) -> tuple[bytes, str]:
+    """(text, source) of the profile ``name``: ``<project>/sites/<name>.yaml`` first, then
+    the shipped ones."""
     if not _NAME.match(name):
         raise SquashError(f"--site: {name!r} is not a site name (lowercase, digits, '-', '.')")
     local = _project_sites(project)
     if local is not None and (local / f"{name}.yaml").is_file():
-        path = local / f"{name}.yaml"
         # relative: the name lands in committed EDF headers
-        return parse_site(path.read_bytes(), f"sites/{name}.yaml")
+        return (local / f"{name}.yaml").read_bytes(), f"sites/{name}.yaml"
     shipped = _shipped_sites() / f"{name}.yaml"
     if not shipped.is_file():
         names = site_names(project)
@@ -162,7 +164,13 @@ def load_site(name: str, project: Path | None = None) -> SiteProfile:
         raise SquashError(f"--site: no site profile {name!r}"
                           + (f"; did you mean {hint[0]!r}?" if hint else "")
                           + f" (known: {', '.join(names) or 'none'})")
-    return parse_site(shipped.read_bytes(), f"imagebuild/data/sites/{name}.yaml")
+    return shipped.read_bytes(), f"imagebuild/data/sites/{name}.yaml"
+
+
+def load_site(name: str, project: Path | None = None) -> SiteProfile:
+    """A site profile by name: ``<project>/sites/<name>.yaml`` first, then the shipped ones."""
+    data, source = _profile_file(name, project)
+    return parse_site(data, source, project)
 
 
 def site_directory(site: SiteProfile, project: Path | None = None) -> Path:
@@ -172,10 +180,8 @@ def site_directory(site: SiteProfile, project: Path | None = None) -> Path:
     return Path(str(_shipped_sites()))
 
 
-def parse_site(data: bytes, source: str) -> SiteProfile:
-    """Validate a site profile; every problem is reported at once, with its line."""
-    problems: list[Problem] = []
-    shape: list[Problem] = []
+def _read_profile(data: bytes, source: str, shape: list[Problem]
+                  ) -> tuple[dict[str, Any], dict[KeyPath, Origin]]:
     try:
         read = read_mapping(data.decode(), Path(source), shape)
     except UnicodeDecodeError as exc:
@@ -185,7 +191,52 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
                                ) from exc
     if read is None:
         raise SiteProfileError([Problem(source, None, "", "expected a mapping of keys")])
-    raw, origins = read
+    return read
+
+
+def _extended(raw: dict[str, Any], origins: dict[KeyPath, Origin], source: str,
+              project: Path | None, seen: tuple[str, ...]) -> tuple[dict[str, Any], bytes]:
+    """The profile ``raw`` on top of the one it ``extends`` (and that one's), and the text
+    of every file of the chain (for the profile's sha256)."""
+    parent = raw.get("extends")
+    if parent is None:
+        return raw, b""
+    line = origins[("extends",)].line if ("extends",) in origins else None
+    if not isinstance(parent, str) or not _NAME.match(parent):
+        raise SiteProfileError([Problem(source, line, "extends",
+                                        f"expected a site profile's name, got {parent!r}")])
+    if parent in seen:
+        raise SiteProfileError([Problem(source, line, "extends", "profiles extend each other "
+                                        f"in a cycle: {' -> '.join((*seen, parent))}")])
+    try:
+        data, parent_source = _profile_file(parent, project)
+    except SquashError as exc:
+        raise SiteProfileError([Problem(source, line, "extends", exc.message)]) from exc
+    base, base_origins = _read_profile(data, parent_source, [])
+    base, chain = _extended(base, base_origins, parent_source, project, (*seen, parent))
+    base.pop("extends", None)
+    _merge_profile(base, {k: v for k, v in raw.items() if k != "extends"})
+    return base, data + chain
+
+
+def _merge_profile(into: dict[str, Any], child: dict[str, Any]) -> None:
+    for key, value in child.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge_profile(into[key], value)
+        else:
+            into[key] = value
+
+
+def parse_site(data: bytes, source: str, project: Path | None = None) -> SiteProfile:
+    """Validate a site profile; every problem is reported at once, with its line. A profile
+    that ``extends`` another finds it by name in ``project``'s sites/, then the shipped
+    ones."""
+    problems: list[Problem] = []
+    shape: list[Problem] = []
+    raw, origins = _read_profile(data, source, shape)
+    raw, chain = _extended(raw, origins, source, project, (str(raw.get("name")),))
     # Dotted keys: a key may hold dots itself (an annotation: com.hooks.cxi.enabled).
     lines = {".".join(path): origin.line for path, origin in origins.items() if path}
 
@@ -288,7 +339,7 @@ def parse_site(data: bytes, source: str) -> SiteProfile:
         aws_ofi_nccl_hook=hook,
         libfabric=libfabric,
         source=source,
-        sha256=hashlib.sha256(data).hexdigest(),
+        sha256=hashlib.sha256(data + chain).hexdigest(),
         container=launch.container,
         network=launch.network,
         slurm=launch.slurm,

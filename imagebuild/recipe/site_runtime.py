@@ -163,6 +163,17 @@ def network_fit(site: SiteProfile, network: ImageNetwork | None,
             "libibverbs1 and ibverbs-providers): RCCL would find no HCA",
             hint="add ibverbs-providers (and libibverbs1) to the recipe's os_packages, or "
                  "use another site profile")
+    own_stack = site.libfabric is not None and site.libfabric.provided_by == "image"
+    provider = site.network.provider
+    if own_stack and provider and network.plugin is not None \
+            and provider not in network.plugin.providers:
+        raise RenderError(
+            f"site {site.name} ({site.source}) runs RCCL's plugin on the image's own libfabric "
+            f"(libfabric.provided_by: image) with provider {provider}, but the image's "
+            f"libfabric {network.plugin.libfabric} has only the built-in providers: the plugin "
+            "would find no fabric",
+            hint="build the image with the cxi_stack section (libfabric with HPE's cxi "
+                 "provider), or use a profile whose runtime binds the site's libfabric")
     dropped: list[str] = []
     if plugin == "image" and network.plugin is None:
         dropped = [key for key in env

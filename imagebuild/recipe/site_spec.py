@@ -41,6 +41,8 @@ SITE = Obj(
     description="An imagebuild site profile: what a cluster needs from an image and its "
                 "container runtime.",
     fields={
+        "extends": Str("the profile this one extends, by name: its keys merge under this "
+                       "one's, a null removes one", grammar.SITE_NAME),
         "name": Str("a site name: lowercase letters, digits, '-' or '.'", grammar.SITE_NAME),
         "description": _TEXT,
         "gpu": Str("the GPU model, like MI300A", free_text=True, nullable=True),

@@ -33,12 +33,16 @@ CE_HOOKS = "com.hooks."
 
 def sarus_devices(site: SiteProfile, network: ImageNetwork | None) -> tuple[str, ...]:
     """The site's Sarus Suite devices; its libfabric-replacing ones only for an image that
-    carries a libfabric (Sarus Suite errors on one without)."""
+    carries a libfabric (Sarus Suite errors on one without) and a site that does not run on
+    the image's own (CSCS's own images: "CXI libfabric replacement is not enabled by
+    default", Sarus Suite's early-access guide)."""
     sarus = site.sarus_suite
     if sarus is None:
         raise SquashError(f"{site.source}: no sarus_suite section: the site has no Sarus "
                           "Suite devices to name (write the Container Engine's EDF instead)")
-    keep_libfabric = network is None or network.plugin is not None
+    # A site that runs on the image's own libfabric (libfabric.provided_by: image) keeps it.
+    own_stack = site.libfabric is not None and site.libfabric.provided_by == "image"
+    keep_libfabric = (network is None or network.plugin is not None) and not own_stack
     return sarus.devices + (sarus.libfabric_devices if keep_libfabric else ())
 
 

@@ -22,6 +22,7 @@ from imagebuild.components.protocol import (
     ComponentPlan,
     PlanContext,
     ProblemAt,
+    ProvidedLibfabric,
     RecipeData,
     SectionData,
     Stage,
@@ -29,7 +30,7 @@ from imagebuild.components.protocol import (
 from imagebuild.components.shared import SOURCE_BUILD_PACKAGES, pinned_source, require_keys
 from imagebuild.lock.model import ArchivePin, GitPin, Pin, PinnedSource
 from imagebuild.recipe import grammar
-from imagebuild.recipe.fields import GIT_REF, REPOSITORY, Bool, Obj, Str
+from imagebuild.recipe.fields import GIT_REF, REPOSITORY, Bool, Obj, Seq, Str
 from imagebuild.recipe.model import GitSource, Recipe
 
 NAME = "cxi_stack"
@@ -48,6 +49,9 @@ class CxiStack:
     repositories: tuple[tuple[str, str], ...]
     libfabric_version: str
     libfabric_url: str
+    #: The base distribution's packages of the libraries it links (the names differ by
+    #: release: libconfig9 or libconfig11, libcurl4 or libcurl4t64).
+    runtime_packages: tuple[str, ...] = ()
 
     def source(self, name: str) -> GitSource:
         return GitSource(dict(self.repositories)[name], self.ref)
@@ -68,8 +72,16 @@ SPEC = Obj(
             "url": Str("an http(s):// URL of the release tarball; {version} is replaced",
                        grammar.ARCHIVE_URL),
         }),
+        "runtime_packages": Seq(Str("an OS package of the base distribution, like libconfig9",
+                                    grammar.OS_PACKAGE)),
     })
-DEFAULTS = {"enabled": False}
+#: The packages of the libraries libcxi, its utilities and libfabric's cxi provider link,
+#: on Ubuntu 24.04 (AMD's rocm/dev-ubuntu-24.04 bases); the final stage's ldd step proves
+#: the list for libfabric and libcxi.
+UBUNTU_24_04_RUNTIME = ("libconfig9", "libuv1t64", "libfuse2t64", "libyaml-0-2", "libnl-3-200",
+                        "libnl-route-3-200", "libnuma1", "libsensors5", "libcurl4t64",
+                        "libjson-c5")
+DEFAULTS = {"enabled": False, "runtime_packages": list(UBUNTU_24_04_RUNTIME)}
 
 
 def rules(stack: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
@@ -87,7 +99,8 @@ def read(stack: SectionData, recipe: RecipeData) -> CxiStack:
     return CxiStack(enabled=stack["enabled"], ref=stack.get("ref", ""),
                     repositories=tuple((n, repositories.get(n, "")) for n, _ in PARTS),
                     libfabric_version=version,
-                    libfabric_url=libfabric.get("url", "").replace("{version}", version))
+                    libfabric_url=libfabric.get("url", "").replace("{version}", version),
+                    runtime_packages=tuple(stack.get("runtime_packages") or ()))
 
 
 def pins(stack: CxiStack, recipe: Recipe) -> tuple[Pin, ...]:
@@ -105,9 +118,6 @@ BUILD_PACKAGES = ("autoconf", "automake", "libtool", "pkg-config", "curl", "libc
                   "libuv1-dev", "libfuse-dev", "libyaml-dev", "libnl-3-dev",
                   "libnl-route-3-dev", "libnuma-dev", "libsensors-dev",
                   "libcurl4-openssl-dev", "libjson-c-dev")
-#: Their shared libraries in the final image (the final stage's ldd step proves the list).
-RUNTIME_PACKAGES = ("libconfig9", "libuv1", "libfuse2", "libyaml-0-2", "libnl-3-200",
-                    "libnl-route-3-200", "libnuma1", "libsensors5", "libcurl4", "libjson-c5")
 
 
 @dataclass(frozen=True)
@@ -157,14 +167,15 @@ def plan(context: PlanContext) -> ComponentPlan:
                     "the CXI sources' commits, libfabric archive"),
         steps=("final.j2",), scripts=((CHECK, FOLDER / "check.py"),),
         build_packages=SOURCE_BUILD_PACKAGES + BUILD_PACKAGES,
-        runtime_packages=RUNTIME_PACKAGES,
+        runtime_packages=stack.runtime_packages,
         loader_dirs=(("cxi-stack", f"{PREFIX}/lib"),),
         linked_files=(f"{PREFIX}/lib/libfabric.so.1", f"{PREFIX}/lib/libcxi.so.1"),
         manifest={"enabled": True, "prefix": PREFIX, "ref": stack.ref,
                   "libfabric": stack.libfabric_version,
                   "commits": {name: s.revision for name, s in sources} if lock else None},
         sources=tuple(pinned),
-        sizes=((PREFIX, "CXI stack + libfabric"),))
+        sizes=((PREFIX, "CXI stack + libfabric"),),
+        libfabric=ProvidedLibfabric(PREFIX, stack.libfabric_version, ("cxi",), "cxi-stack"))
 
 
 COMPONENT = Component(

@@ -22,6 +22,7 @@ from imagebuild.components.protocol import (
 )
 from imagebuild.components.shared import (
     git_source,
+    image_libfabric,
     needs_rocm,
     pinned_source,
     rccl_loading,
@@ -95,8 +96,13 @@ def rules(plugin: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
     needs_rocm(NAME, recipe, problem)
     require_keys(NAME, plugin, ("repository", "ref"), problem)
     libfabric = plugin.get("libfabric") or {}
-    require_keys(NAME, libfabric, ("version", "url"), problem, within=("libfabric",))
-    if plugin["kind"] == "aws-ofi-rccl" and str(libfabric.get("version", "")).startswith("2."):
+    if not _on_cxi_stack(recipe):
+        require_keys(NAME, libfabric, ("version", "url"), problem, within=("libfabric",))
+    if plugin["kind"] == "aws-ofi-rccl" and _on_cxi_stack(recipe):
+        problem((NAME, "kind"), "aws-ofi-rccl does not compile against libfabric 2.x (it uses "
+                "container_of, which libfabric 2 no longer defines), and the cxi_stack "
+                "section builds libfabric 2.x; use kind aws-ofi-nccl")
+    elif plugin["kind"] == "aws-ofi-rccl" and str(libfabric.get("version", "")).startswith("2."):
         # libfabric 2.0 dropped container_of from its public headers, which the fork's
         # sources still use: the build stops with "implicit declaration of function
         # 'container_of'" (ROCm/aws-ofi-rccl, branch cxi).
@@ -110,6 +116,15 @@ def rules(plugin: SectionData, recipe: RecipeData, problem: ProblemAt) -> None:
                              "recipe for multi-node Slingshot images")
 
 
+def _on_cxi_stack(recipe: RecipeData | Recipe) -> bool:
+    """The recipe builds the image's own Slingshot stack (the cxi_stack section): the plugin
+    is built against that libfabric, and its own libfabric section is not used."""
+    if isinstance(recipe, Recipe):
+        stack = recipe.components.get("cxi_stack")
+        return stack is not None and stack.enabled
+    return bool((recipe.get("cxi_stack") or {}).get("enabled"))
+
+
 def read(plugin: SectionData, recipe: RecipeData) -> NetworkPlugin:
     libfabric = plugin.get("libfabric") or {}
     version = libfabric.get("version", "")
@@ -120,6 +135,8 @@ def read(plugin: SectionData, recipe: RecipeData) -> NetworkPlugin:
 
 
 def pins(plugin: NetworkPlugin, recipe: Recipe) -> tuple[Pin, ...]:
+    if _on_cxi_stack(recipe):
+        return (GitPin(LOCK_KEY, plugin.source),)
     return (GitPin(LOCK_KEY, plugin.source), ArchivePin(LIBFABRIC_KEY, plugin.libfabric.url))
 
 
@@ -158,6 +175,9 @@ class PluginPlan:
     record: str = RECORD
     #: The release the ref names (v1.21.1 -> "1.21.1"); None for a branch.
     release: str | None = None
+    #: The stage that built the libfabric it links (the CXI stack's), which the plugin stage
+    #: is built on; None: the plugin stage builds its own libfabric from the archive.
+    libfabric_stage: str | None = None
 
     @property
     def library(self) -> str:
@@ -174,44 +194,49 @@ def planned(parts: Mapping[str, ComponentPlan]) -> PluginPlan | None:
 def plan(context: PlanContext) -> ComponentPlan:
     recipe, plugin, lock = context.recipe, context.section, context.lock
     locked = lock.git(LOCK_KEY) if lock else None
-    archive = lock.archive(LIBFABRIC_KEY) if lock else None
+    own = image_libfabric(context)
+    archive = lock.archive(LIBFABRIC_KEY) if lock and own is None else None
     repository, revision = pinned_source(plugin.source, locked)
     rccl_where, rccl_stage = rccl_loading(context)
+    version = own.version if own else plugin.libfabric.version
     values = PluginPlan(
         kind=plugin.kind, repository=repository, revision=revision, ref=plugin.source.ref,
-        prefix=plugin_prefix(plugin.kind), libfabric_version=plugin.libfabric.version,
+        prefix=plugin_prefix(plugin.kind), libfabric_version=version,
         libfabric_url=archive.url if archive else plugin.libfabric.url,
         libfabric_sha256=archive.sha256 if archive else None,
-        libfabric_prefix=LIBFABRIC_PREFIX, rocm_prefix=recipe.rocm_prefix,
-        libfabric_target=libfabric_target(short_path(recipe.path), plugin.libfabric.version,
-                                          context.inputs.sites),
+        libfabric_prefix=own.prefix if own else LIBFABRIC_PREFIX, rocm_prefix=recipe.rocm_prefix,
+        libfabric_target=libfabric_target(short_path(recipe.path), version,
+                                          context.inputs.sites, own.providers if own else ()),
         rccl_where=rccl_where, rccl_stage=rccl_stage,
-        release=plugin.source.ref.lstrip("v") if release_tuple(plugin.source.ref) else None)
+        release=plugin.source.ref.lstrip("v") if release_tuple(plugin.source.ref) else None,
+        libfabric_stage=own.stage if own else None)
     net_plugin = NetPlugin(
-        kind=plugin.kind, library=values.library,
-        release=values.release, libfabric=plugin.libfabric.version)
+        kind=plugin.kind, library=values.library, release=values.release, libfabric=version,
+        providers=own.providers if own else ())
     _refuse_below_floor(recipe, net_plugin, context.inputs.sites)
     sources: tuple[PinnedSource, ...] = (PinnedSource(NAME, plugin.kind, locked),) if locked else ()
     if archive:
         sources += (PinnedSource(NAME, "libfabric", archive, plugin.libfabric.version),)
+    built_on = f"{own.stage} (its libfabric)" if own else "toolchain + libfabric"
     return ComponentPlan(
         name=NAME, values=values,
-        stage=Stage("plugin", "stage.j2", f"toolchain + libfabric + {plugin.kind}",
-                    "libfabric archive, plugin repository/commit"),
+        stage=Stage("plugin", "stage.j2", f"{built_on} + {plugin.kind}",
+                    "plugin repository/commit" if own
+                    else "libfabric archive, plugin repository/commit"),
         steps=("final.j2",), scripts=((CHECK, FOLDER / "check.py"),),
         runtime_packages=RUNTIME_PACKAGES,
         library_path=(f"{values.prefix}/lib",),
         # Found through the loader cache, which LD_LIBRARY_PATH overrides: a site that puts
-        # its own libfabric on LD_LIBRARY_PATH (LUMI) wins.
-        loader_dirs=(("libfabric", f"{LIBFABRIC_PREFIX}/lib"),),
+        # its own libfabric on LD_LIBRARY_PATH (LUMI) wins. The CXI stack registers its own.
+        loader_dirs=() if own else (("libfabric", f"{LIBFABRIC_PREFIX}/lib"),),
         linked_files=(values.library,),
         # RCCL dlopens NCCL_NET_PLUGIN's value as given before any default name (src/net.cc,
         # openNetPluginLib): the absolute path loads exactly this plugin.
         env=(EnvVar("NCCL_NET_PLUGIN", values.library),),
-        manifest=_manifest(values, plugin, recipe.sites, locked, archive),
+        manifest=_manifest(values, plugin, recipe.sites, locked, archive, own is not None),
         sources=sources,
-        sizes=((values.prefix, "network plugin + libfabric"),
-               (LIBFABRIC_PREFIX, "network plugin + libfabric")),
+        sizes=((values.prefix, "network plugin + libfabric"),) + (
+            () if own else ((LIBFABRIC_PREFIX, "network plugin + libfabric"),)),
         net_plugin=net_plugin)
 
 
@@ -234,18 +259,22 @@ def _refuse_below_floor(recipe: Recipe, plugin: NetPlugin, sites: tuple[SiteProf
 
 
 def _manifest(values: PluginPlan, plugin: NetworkPlugin, sites: tuple[str, ...],
-              locked: LockedGit | None, archive: LockedArchive | None) -> dict[str, Any]:
+              locked: LockedGit | None, archive: LockedArchive | None,
+              on_image_stack: bool) -> dict[str, Any]:
     """Its source and where it is; "elf" (what the plugin stage read from the ELF) is filled
     in by the final stage."""
-    if locked is None or archive is None:
+    if locked is None or (archive is None and not on_image_stack):
         return {"enabled": True}
     target = values.libfabric_target
+    libfabric: dict[str, Any] = (
+        {"version": values.libfabric_version, "from": values.libfabric_stage,
+         "prefix": values.libfabric_prefix} if archive is None
+        else {"version": plugin.libfabric.version, "url": archive.url,
+              "sha256": archive.sha256, "prefix": LIBFABRIC_PREFIX})
     return {
         "enabled": True, "kind": plugin.kind, "repository": locked.repository,
         "ref": locked.ref, "commit": locked.commit, "prefix": values.prefix,
-        "library": values.library,
-        "libfabric": {"version": plugin.libfabric.version, "url": archive.url,
-                      "sha256": archive.sha256, "prefix": LIBFABRIC_PREFIX},
+        "library": values.library, "libfabric": libfabric,
         "loads_with": {"oldest_libfabric": target.oldest_release, "from": target.oldest_from,
                        "max_symbol_version": target.max_abi, "sites": list(sites)},
         "elf": None,
@@ -255,6 +284,6 @@ def _manifest(values: PluginPlan, plugin: NetworkPlugin, sites: tuple[str, ...],
 COMPONENT = Component(
     name=NAME, title="network plugin", folder=FOLDER,
     spec=SPEC, defaults=DEFAULTS, read=read, rules=rules, pins=pins, plan=plan,
-    always_recorded=True, needs_build_packages=True, needs=("rccl",),
+    always_recorded=True, needs_build_packages=True, needs=("cxi_stack", "rccl"),
     precedes=(("final", "hipblaslt"),),
 )

@@ -66,24 +66,29 @@ class LibfabricTarget:
     max_abi: str
 
 
-def libfabric_target(where: str, build: str, sites: Sequence[SiteProfile]) -> LibfabricTarget:
-    """The libfabric constraints of a plugin built against libfabric ``build`` for the
-    recipe at ``where`` and its ``sites``; RenderError when the sites' policy and that
-    release cannot work together."""
+def libfabric_target(where: str, build: str, sites: Sequence[SiteProfile],
+                     providers: tuple[str, ...] = ()) -> LibfabricTarget:
+    """The libfabric constraints of a plugin built against libfabric ``build`` (with
+    ``providers`` beyond the built-in ones: the image's CXI stack) for the recipe at
+    ``where`` and its ``sites``; RenderError when the sites' policy and that release cannot
+    work together."""
     bound: list[tuple[str, SiteProfile]] = []
     for site in sites:
         policy = site.libfabric
         if policy is None:
             continue
         if policy.provided_by == "image":
-            raise RenderError(
-                f"{where}: sites: site {site.name} ({site.source}) expects the image to "
-                "carry a libfabric with the site's network provider (libfabric.provided_by: "
-                "image), but the network plugin is built against its own libfabric, which has no "
-                "CXI provider (the cxi_stack component builds one with HPE's libcxi, but the "
-                "plugin is not yet linked against it)",
-                hint="build for sites that bind their own libfabric, or remove the site "
-                     "from the recipe's sites")
+            wanted = site.network.provider
+            if wanted and wanted not in providers:
+                raise RenderError(
+                    f"{where}: sites: site {site.name} ({site.source}) runs on the image's own "
+                    f"libfabric (libfabric.provided_by: image) with provider {wanted}, which "
+                    f"the image's libfabric {build} does not have (its providers: "
+                    f"{', '.join(providers) or 'the built-in ones only'})",
+                    hint="enable the cxi_stack section (libfabric with HPE's cxi provider, "
+                         "which the plugin is then built against), or use a profile whose "
+                         "site binds its own libfabric (provided_by: site)")
+            continue
         if policy.version is not None:
             bound.append((policy.version, site))
     if not bound:

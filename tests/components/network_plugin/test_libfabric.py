@@ -104,10 +104,22 @@ def test_no_bound_site_means_the_images_own_libfabric(tmp_path: Path) -> None:
 
 
 def test_a_site_expecting_the_image_to_carry_cxi_is_refused(tmp_path: Path) -> None:
+    """Without the cxi_stack section the image's libfabric has only its built-in providers."""
+    root = project_with(tmp_path, libfabric="1.22.0", sites=["carry"], site_profiles={
+        "carry": {**site("carry", provided_by="image"), "network": {"provider": "cxi"}}})
+    with pytest.raises(RenderError, match="with provider cxi, which the image's libfabric "
+                                          "1.22.0 does not have") as caught:
+        plan_for(load_recipe("rocm-7.0.2", root), None)
+    assert "enable the cxi_stack section" in str(caught.value.hint)
+
+
+def test_a_site_on_the_image_s_libfabric_without_a_provider_takes_the_image_s(
+        tmp_path: Path) -> None:
     root = project_with(tmp_path, libfabric="1.22.0", sites=["carry"], site_profiles={
         "carry": site("carry", provided_by="image")})
-    with pytest.raises(RenderError, match="has no CXI provider"):
-        plan_for(load_recipe("rocm-7.0.2", root), None)
+    plugin = network_plugin.planned(plan_for(load_recipe("rocm-7.0.2", root), None).parts)
+    assert plugin is not None
+    assert plugin.libfabric_target.oldest_from == "the image's own libfabric"
 
 
 def test_an_unknown_site_is_named(tmp_path: Path) -> None:
