@@ -160,3 +160,29 @@ def plugin_recipe(shipped: str, debian: DebianRocm, base_image: str, index_url: 
     if rccl_tuner is not None:
         data["rccl_tuner"] = {"enabled": True, **rccl_tuner}
     return yaml.safe_dump(data, sort_keys=False)
+
+
+#: The cxi_stack section of a test recipe: HPE's three repositories at release/shs-13.1.0 and
+#: libfabric 2.6.0 (the fixtures'), with sid's names of the libraries' packages (the
+#: default names are Ubuntu 24.04's).
+CXI_STACK_SECTION: dict[str, object] = {
+    "enabled": True, "ref": "release/shs-13.1.0",
+    "repositories": {name: f"https://github.com/HewlettPackard/shs-{name}.git"
+                     for name in ("cassini-headers", "cxi-driver", "libcxi")},
+    "libfabric": {"version": "2.6.0",
+                  "url": "https://github.com/ofiwg/libfabric/releases/download/v{version}/"
+                         "libfabric-{version}.tar.bz2"},
+    "runtime_packages": ["libconfig11", "libuv1t64", "libfuse2t64", "libyaml-0-2",
+                         "libnl-3-200", "libnl-route-3-200", "libnuma1", "libsensors5",
+                         "libcurl4t64", "libjson-c5"],
+}
+
+
+def cxi_stack_recipe(base_image: str, index_url: str) -> str:
+    """The YAML of a recipe on sid with ROCm 7.2.4 with rocm-7.2.4's network plugin built on
+    the image's own CXI stack (``CXI_STACK_SECTION``), for no site."""
+    data = yaml.safe_load(plugin_recipe("rocm-7.2.4", SID_ROCM_7_2_4, base_image, index_url,
+                                        sites=()))
+    data["description"] = "rocm-7.2.4's network plugin on the image's own CXI stack (test)"
+    data["cxi_stack"] = CXI_STACK_SECTION
+    return yaml.safe_dump(data, sort_keys=False)

@@ -53,6 +53,7 @@ def main() -> None:
              f"{', '.join(listed) or 'nothing'}): it was configured without libcxi and the "
              "CXI headers")
     libcxi = linked_libcxi(args.prefix)
+    os.makedirs(os.path.dirname(os.path.abspath(args.record)), exist_ok=True)
     with open(args.record, "w", encoding="utf-8") as handle:
         json.dump({"providers": listed, "libcxi": libcxi}, handle, indent=2, sort_keys=True)
     print(f"cxi-stack: fi_info -l lists {', '.join(listed)}; libfabric links {libcxi}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,14 +32,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 
 from imagebuild.components.cxi_stack import component as cxi_stack
 from imagebuild.images import latest_tag
 from testbed import base_images
-from testbed.plugin_recipe import SID_ROCM_7_2_4, placeholder_torch, plugin_recipe
+from testbed.plugin_recipe import SID_ROCM_7_2_4, cxi_stack_recipe, placeholder_torch
 from testbed.source_mirror import SourceMirror
-from tests.components.cxi_stack.test_cxi_stack import STACK
 from tests.support.indexserver import IndexServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
@@ -65,22 +64,6 @@ def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-def recipe_text(base: str, index_url: str) -> str:
-    data = yaml.safe_load(plugin_recipe("rocm-7.2.4", SID_ROCM_7_2_4, base, index_url,
-                                        sites=()))
-    data["description"] = "rocm-7.2.4's network plugin on the image's own CXI stack (test)"
-    data["cxi_stack"] = {
-        "enabled": True, "ref": STACK.ref, "repositories": dict(STACK.repositories),
-        "libfabric": {"version": STACK.libfabric_version,
-                      "url": STACK.libfabric_url.replace(STACK.libfabric_version,
-                                                         "{version}")},
-        # sid's names of the libraries' packages (the default names Ubuntu 24.04's).
-        "runtime_packages": ["libconfig11", "libuv1t64", "libfuse2t64", "libyaml-0-2",
-                             "libnl-3-200", "libnl-route-3-200", "libnuma1", "libsensors5",
-                             "libcurl4t64", "libjson-c5"]}
-    return yaml.safe_dump(data, sort_keys=False)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, docker_engine, local_registry: str
           ) -> dict:
@@ -90,7 +73,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, docker_engine, local_registr
     (root / "recipes").mkdir()
     placeholder_torch(root / "index" / "whl")
     with IndexServer(root / "index") as index, SourceMirror(root / "mirror") as mirror:
-        (root / "recipes" / f"{NAME}.yaml").write_text(recipe_text(base, index.url_for("whl/")))
+        (root / "recipes" / f"{NAME}.yaml").write_text(cxi_stack_recipe(base, index.url_for("whl/")))
         mirrors = [f"--git-mirror={src}={dst}" for src, dst in mirror.mirrors.items()]
         locked = imagebuild(root, "lock", NAME, *mirrors)
         assert locked.returncode == 0, locked.stderr[-3000:]
@@ -113,7 +96,8 @@ def manifest(image: str) -> dict:
 def test_fi_info_lists_the_cxi_provider_in_the_image(built: dict) -> None:
     listed = run(built["image"], f"{cxi_stack.PREFIX}/bin/fi_info", "-l")
     assert listed.returncode == 0, listed.stderr
-    providers = [line.rstrip(":") for line in listed.stdout.split() if line.endswith(":")]
+    # One "<name>:" line per provider, its details indented under it (fi_info(1), -l).
+    providers = re.findall(r"^([a-z0-9_;]+):", listed.stdout, re.MULTILINE)
     assert "cxi" in providers, listed.stdout
     record = json.loads(run(built["image"], "cat", cxi_stack.RECORD).stdout)
     assert "cxi" in record["providers"]
