@@ -59,7 +59,8 @@ class InventoryScan(ImageScan):
     @staticmethod
     def _sbom_entry(scan: ImageScan) -> list[RootfsEntry]:
         assert isinstance(scan, InventoryScan)
-        bom = image_sbom(scan.sbom, scan.dpkg_status, scan.os_release(), scan.epoch)
+        bom = image_sbom(scan.sbom, scan.dpkg_status, scan.os_release(), scan.epoch,
+                         scan.manifest())
         scan.sbom_text = sbom_json(bom)
         return [RootfsEntry(IMAGE_SBOM, data=scan.sbom_text.encode())]
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from cyclonedx.model import (
@@ -214,8 +215,30 @@ class SbomInputs:
     sources: tuple[PinnedSource, ...] = ()
 
 
+def submodule_components(manifest: Mapping[str, Any]) -> list[Component]:
+    """The git submodules a component's build checked out (its manifest section's
+    ``submodules``: commit, path, URL), each pinned by the commit of the source the lock
+    pins: ``source:<component>/<path>``."""
+    found = []
+    for section, values in manifest.items():
+        rows = values.get("submodules") if isinstance(values, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            if not isinstance(row, dict) or not row.get("commit") or not row.get("path"):
+                continue
+            name = f"{section}/{row['path']}"
+            git = LockedGit(repository=str(row.get("url", "")),
+                            ref=f"submodule {row['path']} of {section}", commit=row["commit"])
+            component = (git_component(name, git) if git.repository else Component(
+                type=ComponentType.LIBRARY, name=name, version=git.commit,
+                bom_ref=f"source:{name}", description=f"built from source ({git.ref})"))
+            component.properties.add(Property(name="imagebuild:component", value=section))
+            component.properties.add(Property(name="imagebuild:submodule-of", value=section))
+            found.append(component)
+    return found
+
+
 def image_sbom(inputs: SbomInputs, dpkg_status: str, os_release: dict[str, str],
-               epoch: int) -> Bom:
+               epoch: int, manifest: Mapping[str, Any] | None = None) -> Bom:
     lock = inputs.lock
     image = Component(
         type=ComponentType.CONTAINER, name=f"imagebuild/{inputs.recipe}",
@@ -233,6 +256,7 @@ def image_sbom(inputs: SbomInputs, dpkg_status: str, os_release: dict[str, str],
     components = [
         base_component(lock),
         *source_components(inputs.sources),
+        *submodule_components(manifest or {}),
         *wheel_components(lock),
         *deb_components(dpkg_packages(dpkg_status), os_release),
     ]

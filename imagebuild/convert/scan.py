@@ -18,12 +18,15 @@ from typing import BinaryIO
 
 from imagebuild.convert.sources import ImageSource
 from imagebuild.convert.tarfilter import RootfsEntry, filter_rootfs_tar
-from imagebuild.render.layout import DEVICE_CODE_REPORT
+from imagebuild.render.layout import DEVICE_CODE_REPORT, IMAGE_MANIFEST
 
 DPKG_STATUS = "var/lib/dpkg/status"
 DPKG_INFO = "var/lib/dpkg/info/"
 #: What the final stage's device-code diet removed (imagebuild.render.layout).
 DEVICE_CODE = DEVICE_CODE_REPORT.lstrip("/")
+#: The image's manifest: what the build recorded of its components (the SBOM reads the
+#: submodules a component was built with).
+MANIFEST = IMAGE_MANIFEST.lstrip("/")
 #: /etc/os-release is a link to /usr/lib/os-release on Debian and Ubuntu (os-release(5)).
 OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
 
@@ -41,7 +44,7 @@ class ImageScan:
     done: bool = False
 
     def wants(self, name: str) -> bool:
-        return name in (DPKG_STATUS, DEVICE_CODE, *OS_RELEASE) or (
+        return name in (DPKG_STATUS, DEVICE_CODE, MANIFEST, *OS_RELEASE) or (
             name.startswith(DPKG_INFO) and name.endswith(".list"))
 
     def member(self, name: str, info: tarfile.TarInfo, data: bytes | None) -> None:
@@ -67,6 +70,14 @@ class ImageScan:
             return int(report["removed_bytes"]), int(report["removed_files"])
         except (ValueError, KeyError, TypeError):
             return None
+
+    def manifest(self) -> dict:
+        """/opt/imagebuild/manifest.json; empty when the image has none or it is unreadable."""
+        try:
+            found = json.loads(self.captured.get(MANIFEST, b"{}"))
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
 
     @property
     def dpkg_status(self) -> str:

@@ -125,6 +125,37 @@ def test_sbom_names_the_tuners_rccl_commit_and_directory(rocm):
     assert {"name": "imagebuild:component", "value": "rccl_tuner"} in tuner["properties"]
 
 
+def test_sbom_names_the_submodules_a_component_was_built_with(rocm):
+    """From the image's manifest (what the TransformerEngine stage checked out); the scan
+    captures the manifest from the image's files."""
+    _recipe, _lock, plan = rocm
+    inputs, _layout = inventory_inputs(plan)
+    commit = "a" * 40
+    manifest = {"transformer_engine": {"submodules": [
+        {"path": "3rdparty/googletest", "commit": commit,
+         "url": "https://github.com/google/googletest.git"},
+        {"path": "3rdparty/unknown-url", "commit": "b" * 40}]}, "hipblaslt": {"enabled": True}}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        data = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("opt/imagebuild/manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    scanned = scan_tar(buffer, inventory_scan(plan, 0))
+    text = sbom_json(image_sbom(inputs, DPKG_STATUS, {}, 1_700_000_000, scanned.manifest()))
+    assert validation_errors(text) is None
+    components = {c["bom-ref"]: c for c in json.loads(text)["components"]}
+    googletest = components["source:transformer_engine/3rdparty/googletest"]
+    assert googletest["version"] == commit
+    assert googletest["purl"] == f"pkg:github/google/googletest@{commit}"
+    assert {"name": "imagebuild:submodule-of", "value": "transformer_engine"} in googletest[
+        "properties"]
+    assert components["source:transformer_engine/3rdparty/unknown-url"]["version"] == "b" * 40
+    # Without a manifest (an image built before it): no such rows.
+    assert not any("3rdparty" in ref for ref in {c["bom-ref"] for c in _sbom(rocm)["components"]})
+
+
 def test_sbom_lists_every_wheel_and_installed_deb(rocm):
     _recipe, lock, _plan = rocm
     bom = _sbom(rocm)

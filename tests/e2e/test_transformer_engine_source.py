@@ -99,7 +99,11 @@ def test_the_wheel_was_built_against_the_images_torch_and_loads(built: dict) -> 
 def test_the_manifest_records_the_commit_its_submodules_and_what_was_built(built: dict) -> None:
     engine = json.loads(run("cat", "/opt/imagebuild/manifest.json").stdout)["transformer_engine"]
     assert engine["source"]["commit"] == built["commit"]
-    assert engine["submodules"] == [{"path": SUBMODULE, "commit": built["submodule"]}]
+    [submodule] = engine["submodules"]
+    assert (submodule["path"], submodule["commit"]) == (SUBMODULE, built["submodule"])
+    # Fetched from the mirror, beside the repository (its .gitmodules URL is relative).
+    assert submodule["url"].startswith("git://127.0.0.1:")
+    assert submodule["url"].endswith("/ROCm/te-fixture-scale.git")
     # TransformerEngine's version scheme: VERSION.txt + the checkout's short commit.
     assert engine["version"] == f"{TE_SOURCE_VERSION}+{built['commit'][:8]}"
     files = [Path(f).name for f in engine["built"]["files"]]
@@ -108,5 +112,10 @@ def test_the_manifest_records_the_commit_its_submodules_and_what_was_built(built
     assert any(name.startswith("libc10") for name in engine["built"]["links"][extension])
     assert "libtransformer_engine.so" in engine["built"]["links"][extension]
     sbom = json.loads((built["project"] / "artifacts" / f"{NAME}.cdx.json").read_text())
-    source = {c["bom-ref"]: c for c in sbom["components"]}["source:transformer-engine"]
-    assert source["version"] == built["commit"]
+    components = {c["bom-ref"]: c for c in sbom["components"]}
+    assert components["source:transformer-engine"]["version"] == built["commit"]
+    # Its submodule, at the commit the locked commit names, in the SBOM too.
+    pinned = components[f"source:transformer_engine/{SUBMODULE}"]
+    assert pinned["version"] == built["submodule"]
+    assert {"name": "imagebuild:submodule-of", "value": "transformer_engine"} in pinned[
+        "properties"]

@@ -106,12 +106,14 @@ def device_code(wanted: list[str], accepted: list[str]) -> dict[str, Any]:
 
 
 def submodules(path: str) -> list[dict[str, str]]:
-    """``git submodule status --recursive`` lines: commit and path of each submodule."""
+    """The stage's ``git submodule foreach`` lines, ``<commit> <path> <url>``: each
+    submodule's commit, path and the URL it was fetched from."""
     rows = []
     for line in Path(path).read_text().splitlines():
-        parts = line[1:].split()
+        parts = line.split()
         if len(parts) >= 2:
-            rows.append({"path": parts[1], "commit": parts[0]})
+            rows.append({"path": parts[1], "commit": parts[0],
+                         **({"url": parts[2]} if len(parts) > 2 else {})})
     return rows
 
 

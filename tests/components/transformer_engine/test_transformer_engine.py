@@ -93,7 +93,9 @@ def test_the_source_stage_builds_the_locked_commit_with_submodules_for_gpu_targe
     flat = " ".join(stages["transformer-engine"].text.split())
     assert f"fetch -q --depth 1 origin {locked.commit} " in flat
     assert "submodule update --init --recursive --depth 1" in flat
-    assert "submodule status --recursive > /opt/transformer-engine-wheels/submodules.txt" in flat
+    assert "submodule foreach --quiet --recursive" in flat
+    assert ('\'echo "$sha1 $displaypath $(git config --get remote.origin.url)"\' > '
+            "/opt/transformer-engine-wheels/submodules.txt") in flat
     assert "NVTE_USE_ROCM=1 NVTE_USE_HIPBLASLT=1 NVTE_ROCM_ARCH='gfx90a;gfx942'" in flat
     assert "PYTORCH_ROCM_ARCH='gfx90a;gfx942'" in flat
     # The job cap honours the cgroup's memory.max, as the hipBLASLt stage's does.
