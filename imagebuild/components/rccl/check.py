@@ -4,7 +4,7 @@ stage runs it with the venv's Python).
   rccl-check.py LIBRARY_DIR --search DIR [--search DIR ...] --manifest MANIFEST.json
 
 Every ELF file under the search directories (outside LIBRARY_DIR) that needs librccl.so.1
-(DT_NEEDED, read with readelf) must resolve it (ldd, with the image's loader path and cache)
+(DT_NEEDED, read from the ELF file itself: the final stage keeps no binutils) must resolve it (ldd, with the image's loader path and cache)
 to the file in LIBRARY_DIR: a consumer that resolves the base image's RCCL would run with
 another RCCL than the one the recipe pins, silently. RCCL's network and tuner plugins do not
 link RCCL: RCCL dlopens them, so they run in whichever RCCL loaded them, the one torch and
@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import struct
 import subprocess
 from pathlib import Path
 
-from buildtime import fail, readelf, update_manifest
+from buildtime import fail, needed, update_manifest
 
 SONAME = "librccl.so.1"
 
@@ -41,7 +42,10 @@ def elf_files(directory: str, skip: str) -> list[str]:
 
 
 def needs_rccl(path: str) -> bool:
-    return f"Shared library: [{SONAME}]" in readelf("-d", path)
+    try:
+        return SONAME in needed(path)
+    except (ValueError, IndexError, struct.error):  # not an ELF file this reader knows
+        return False
 
 
 def resolved(path: str) -> str | None:

@@ -181,6 +181,22 @@ def section(path: str, name: bytes) -> bytes | None:
     return None
 
 
+def needed(path: str) -> list[str]:
+    """The DT_NEEDED entries of a 64-bit little-endian ELF file, read from its .dynamic and
+    .dynstr sections (for the final stage, which keeps no binutils); [] for a static file."""
+    dynamic, strings = section(path, b".dynamic"), section(path, b".dynstr")
+    if not dynamic or not strings:
+        return []
+    found = []
+    for offset in range(0, len(dynamic) - 15, 16):
+        tag, value = struct.unpack_from("<qQ", dynamic, offset)
+        if tag == 0:  # DT_NULL
+            break
+        if tag == 1:  # DT_NEEDED: an offset into .dynstr
+            found.append(strings[value:strings.index(b"\0", value)].decode())
+    return found
+
+
 def _unzstd(payload: bytes) -> bytes:
     """zstd: Python 3.14's codec, else the ``zstd`` program (Debian's zstd package), which
     the stages that run a device-code check install."""

@@ -127,7 +127,13 @@ def _check(image: dict[str, Path], tmp_path: Path, loader_path: list[Path],
     argv = [sys.executable, str(CHECK), str(image["pinned"])]
     for directory in search or (image["root"] / "opt",):
         argv += ["--search", str(directory)]
-    env = {**os.environ, "LD_LIBRARY_PATH": ":".join(map(str, loader_path))}
+    # As in the final stage, which keeps no binutils: a readelf that fails if called.
+    tools = tmp_path / "no-binutils"
+    tools.mkdir(exist_ok=True)
+    (tools / "readelf").write_text("#!/bin/sh\necho 'no readelf in the final stage' >&2\nexit 1\n")
+    (tools / "readelf").chmod(0o755)
+    env = {**os.environ, "LD_LIBRARY_PATH": ":".join(map(str, loader_path)),
+           "PATH": f"{tools}:{os.environ['PATH']}"}
     return subprocess.run([*argv, "--manifest", str(manifest_file)], env=env,
                           capture_output=True, text=True, check=False)
 
