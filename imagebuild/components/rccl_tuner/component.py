@@ -76,8 +76,10 @@ SPEC = Obj(
                    "gives each ROCm release", grammar.GIT_REF),
         "example_dir": Str("the example's directory in the repository, like "
                            "ext-tuner/example", grammar.SUBDIR),
-        "interface_adapter": Bool("true or false: also export ncclTunerPlugin_v4 (RCCL "
-                                  "2.27's interface) from the example's v5 functions"),
+        "interface_adapter": Bool("true or false: an example that exports "
+                                  "ncclTunerPlugin_v5 only also gets ncclTunerPlugin_v4 (RCCL "
+                                  "2.27's interface) from its v5 functions; one that exports "
+                                  "v4 is built as it is"),
         "config": Str("a tuner configuration in the project, like tuning/nccl_tuner.conf "
                       "(`imagebuild tune rccl --sweep-results` writes one): copied into the "
                       "image, which sets NCCL_TUNER_CONFIG_FILE to it", grammar.SUBDIR,
@@ -124,6 +126,8 @@ PREFIX = "/opt/rccl-tuner"
 #: stage compiles (staged in the build context, bind-mounted into the stage).
 CHECK = "tuner-plugin-check.py"
 ADAPTER = "rccl-tuner-v4.c"
+#: Builds the example behind the adapter or as it is, by what its plugin.c exports.
+BUILD_SCRIPT = "rccl-tuner-build.sh"
 PROBE = "rccl-tuner-probe.c"
 #: The variables RCCL reads for a tuner (src/plugin/tuner.cc) and the example reads for its
 #: configuration (plugin.c): the image sets the first when the stage is on, the second when
@@ -172,6 +176,7 @@ class RcclTunerPlan:
     prefix: str = PREFIX
     check: str = CHECK
     adapter: str = ADAPTER
+    build_script: str = BUILD_SCRIPT
     probe_source: str = PROBE
     plugin_env: str = PLUGIN_ENV
     config_env: str = CONFIG_ENV
@@ -232,6 +237,7 @@ def plan(context: PlanContext) -> ComponentPlan:
     files = [(PROBE, (FOLDER / "probe.c").read_text())]
     if values.interface_adapter:
         files.append((ADAPTER, (FOLDER / "v4-adapter.c").read_text()))
+        files.append((BUILD_SCRIPT, (FOLDER / "tuner-build.sh").read_text()))
     env = [EnvVar(PLUGIN_ENV, values.library, f"{NAME}.enabled is true (the built tuner's path)")]
     if tuner.config is not None:
         files.append((CONFIG_CONTEXT, context.inputs.files[tuner.config]))

@@ -182,6 +182,16 @@ def test_images_without_a_tuner_set_nothing(rocm) -> None:
 
 # --- the stage's sources, compiled and run ------------------------------------------------------
 
+def _build_script(example: Path, library: Path) -> Path:
+    """Runs the stage's build script on ``example``; returns the file holding what it said."""
+    done = subprocess.run(["sh", str(rccl_tuner.FOLDER / "tuner-build.sh"), str(example),
+                           str(rccl_tuner.FOLDER / "v4-adapter.c"), str(library),
+                           library.name], check=True, capture_output=True, text=True)
+    said = library.with_suffix(".log")
+    said.write_text(done.stdout)
+    return said
+
+
 def _cc(*args: str | Path) -> None:
     subprocess.run(["gcc", "-O2", *map(str, args)], check=True, capture_output=True, text=True)
 
@@ -198,8 +208,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
            "probe": work / "rccl-tuner-probe", "rccl": work / "librccl.so"}
     _cc("-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o", out["plain"],
         example / "plugin.c")
-    _cc("-pthread", "-fPIC", "-shared", f"-I{example}", f"-I{example / 'nccl'}", "-o",
-        out["adapted"], rccl_tuner.FOLDER / "v4-adapter.c")
+    # As the stage builds it: its build script sees plugin.c export v5 only, so the adapter.
+    out["adapted_log"] = _build_script(example, out["adapted"])
+    # An example that exports v4 itself (the CSV example before RCCL's NCCL 2.28 sync, a
+    # stand-in here): the script builds it as it is.
+    older = work / "v4-example"
+    (older / "nccl").mkdir(parents=True)
+    (older / "plugin.c").write_text(
+        'typedef struct { const char* name; } ncclTuner_v4_t;\n'
+        'const ncclTuner_v4_t ncclTunerPlugin_v4 = { "Example" };\n')
+    out["v4"] = work / "v4.so"
+    out["v4_log"] = _build_script(older, out["v4"])
     _cc("-o", out["probe"], rccl_tuner.FOLDER / "probe.c", "-ldl")
     rccl = work / "rccl.c"
     rccl.write_text('const char* tuners[] = {"ncclTunerPlugin_v4", "ncclTunerPlugin_v3", '
@@ -220,6 +239,17 @@ def test_the_example_as_it_is_fails_the_check(built, tmp_path: Path) -> None:
     assert ("looks up ncclTunerPlugin_v4..v2; the tuner plain.so exports only v5: RCCL "
             "would not load it") in result.stderr
     assert "interface_adapter" in result.stderr and not (tmp_path / "r.json").exists()
+
+
+def test_the_build_script_adapts_a_v5_example_only(built, tmp_path: Path) -> None:
+    assert "exports ncclTunerPlugin_v5 : built behind the v4 adapter" in \
+        built["adapted_log"].read_text()
+    said = built["v4_log"].read_text()
+    assert "exports ncclTunerPlugin_v4 : built as it is (no adapter" in said
+    record = tmp_path / "r.json"
+    result = _check(built["v4"], built["rccl"], record)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(record.read_text())["plugin_exports"] == [4]
 
 
 def test_the_adapted_example_passes_and_the_probe_calls_it(built, tmp_path: Path) -> None:
