@@ -94,7 +94,7 @@ def test_the_source_stage_builds_the_locked_commit_with_submodules_for_gpu_targe
     assert f"fetch -q --depth 1 origin {locked.commit} " in flat
     assert "submodule update --init --recursive --depth 1" in flat
     assert "submodule foreach --quiet --recursive" in flat
-    assert ('\'echo "$sha1 $displaypath $(git config --get remote.origin.url)"\' > '
+    assert ('"echo \\"\\$sha1 \\$displaypath \\$(git config --get remote.origin.url)\\"" > '
             "/opt/transformer-engine-wheels/submodules.txt") in flat
     assert "NVTE_USE_ROCM=1 NVTE_USE_HIPBLASLT=1 NVTE_ROCM_ARCH='gfx90a;gfx942'" in flat
     assert "PYTORCH_ROCM_ARCH='gfx90a;gfx942'" in flat
