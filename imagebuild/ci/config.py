@@ -87,16 +87,23 @@ CONFIG_SPEC = fields.Obj(
             "memory_gb": fields.Int("GB of memory the hipBLASLt runner must have"),
             "disk_gb": fields.Int("GB of free disk the hipBLASLt runner must have"),
         }),
+        "rccl_job": fields.Obj(fields={
+            "recipe": fields.Str("a recipe with rccl.enabled (RCCL pinned apart from the base "
+                               "image), or null", grammar.EXTENDS, nullable=True),
+            "hours": fields.Int("hours the RCCL compile may run"),
+            "memory_gb": fields.Int("GB of memory the RCCL runner must have"),
+            "disk_gb": fields.Int("GB of free disk the RCCL runner must have"),
+        }),
         "github": fields.Obj(fields={
             "workflow_dir": fields.Str("a directory relative to the project, like ci/github or "
                                      ".github/workflows", grammar.SUBDIR),
             "runners": fields.Obj(fields={"plan": _LABELS, "build": _LABELS, "gpu": _LABELS,
-                                        "hipblaslt": _LABELS}),
+                                        "hipblaslt": _LABELS, "rccl": _LABELS}),
             "max_parallel": fields.Int("image jobs at once (0: no limit)"),
         }),
         "gitlab": fields.Obj(fields={
             "tags": fields.Obj(fields={"check": _LABELS, "build": _LABELS, "gpu": _LABELS,
-                                     "hipblaslt": _LABELS}),
+                                     "hipblaslt": _LABELS, "rccl": _LABELS}),
             "image": fields.Str("an image reference like python:3.12-slim, or null",
                               grammar.IMAGE_REFERENCE, nullable=True),
         }),
@@ -106,7 +113,8 @@ CONFIG_SPEC = fields.Obj(
 #: Integers that must be positive (or, for max_parallel, zero); the spec has no ranges.
 _MINIMUMS = {("artifacts", "retention_days"): 1, ("timeout_hours",): 1,
              ("github", "max_parallel"): 0, ("hipblaslt_job", "hours"): 1,
-             ("hipblaslt_job", "memory_gb"): 1, ("hipblaslt_job", "disk_gb"): 1}
+             ("hipblaslt_job", "memory_gb"): 1, ("hipblaslt_job", "disk_gb"): 1,
+             ("rccl_job", "hours"): 1, ("rccl_job", "memory_gb"): 1, ("rccl_job", "disk_gb"): 1}
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,7 @@ class GitHubConfig:
     gpu_runner: tuple[str, ...]
     hipblaslt_runner: tuple[str, ...]
     max_parallel: int
+    rccl_runner: tuple[str, ...] = ()
 
     @property
     def workflow(self) -> str:
@@ -139,16 +148,24 @@ class GitLabConfig:
     gpu_tags: tuple[str, ...]
     hipblaslt_tags: tuple[str, ...]
     image: str | None
+    rccl_tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class HipBlasLtJob:
-    """The real hipBLASLt compile of one recipe, on a runner with this much."""
+class CompileJob:
+    """The real compile of one recipe's stage (hipBLASLt, a pinned RCCL), on a runner with
+    this much: a job of its own, as hours of hipcc do not fit an image job."""
 
     recipe: str
     hours: int
     memory_gb: int
     disk_gb: int
+    #: The Dockerfile stage it builds, which is also the component's name and the job's.
+    stage: str = "hipblaslt"
+
+
+#: The first compile job, by its older name.
+HipBlasLtJob = CompileJob
 
 
 @dataclass(frozen=True)
@@ -169,7 +186,9 @@ class CIConfig:
     github: GitHubConfig
     gitlab: GitLabConfig
     #: None: no hipBLASLt compile job.
-    hipblaslt_job: HipBlasLtJob | None = None
+    hipblaslt_job: CompileJob | None = None
+    #: None: no compile job of a pinned RCCL.
+    rccl_job: CompileJob | None = None
     #: The project's config file, relative to the project, when it has one.
     source: str | None = None
 
@@ -177,6 +196,16 @@ class CIConfig:
         data = asdict(self)
         data.pop("source")
         return data
+
+    def compile_jobs(self) -> tuple[CompileJob, ...]:
+        """The compile jobs the pipelines carry, hipBLASLt's first."""
+        return tuple(job for job in (self.hipblaslt_job, self.rccl_job) if job is not None)
+
+    def runner_of(self, job: CompileJob) -> tuple[str, ...]:
+        return self.github.rccl_runner if job.stage == "rccl" else self.github.hipblaslt_runner
+
+    def tags_of(self, job: CompileJob) -> tuple[str, ...]:
+        return self.gitlab.rccl_tags if job.stage == "rccl" else self.gitlab.hipblaslt_tags
 
 
 
@@ -276,6 +305,7 @@ def _build_config(data: dict[str, Any], source: str | None) -> CIConfig:
             gpu_runner=tuple(github["runners"]["gpu"]),
             hipblaslt_runner=tuple(github["runners"]["hipblaslt"]),
             max_parallel=github["max_parallel"],
+            rccl_runner=tuple(github["runners"]["rccl"]),
         ),
         gitlab=GitLabConfig(
             check_tags=tuple(gitlab["tags"]["check"]),
@@ -283,8 +313,11 @@ def _build_config(data: dict[str, Any], source: str | None) -> CIConfig:
             gpu_tags=tuple(gitlab["tags"]["gpu"]),
             hipblaslt_tags=tuple(gitlab["tags"]["hipblaslt"]),
             image=gitlab["image"],
+            rccl_tags=tuple(gitlab["tags"]["rccl"]),
         ),
-        hipblaslt_job=HipBlasLtJob(**data["hipblaslt_job"])
+        hipblaslt_job=CompileJob(**data["hipblaslt_job"])
         if data["hipblaslt_job"]["recipe"] else None,
+        rccl_job=CompileJob(**data["rccl_job"], stage="rccl")
+        if data["rccl_job"]["recipe"] else None,
         source=source,
     )

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild import generated
-from imagebuild.ci.config import DEFAULT_CONFIG, CIConfig, load_ci_config
+from imagebuild.ci.config import DEFAULT_CONFIG, CIConfig, CompileJob, load_ci_config
 from imagebuild.ci.github import ACTIONLINT_CONFIG, actionlint_config, github_workflow
 from imagebuild.ci.gitlab import GITLAB_FILE, gitlab_pipeline
-from imagebuild.ci.hipblaslt_job import job_title as hipblaslt_job_title
+from imagebuild.ci.hipblaslt_job import TITLES, job_title
 from imagebuild.ci.inputs import RecipeInputs, recipe_inputs
 from imagebuild.ci.yaml_text import comment
-from imagebuild.components.hipblaslt.component import section as hipblaslt_section
+from imagebuild.components import enabled
 from imagebuild.errors import CIConfigError, Problem, RecipeError
 from imagebuild.files import canonical_digest
 from imagebuild.recipe.load import load_all
@@ -35,8 +35,13 @@ REGENERATE = "imagebuild ci"
 def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dict[str, str]:
     """Project-relative path -> text of every generated CI file. Pure: no file is touched."""
     inputs = recipe_inputs(recipes, project)
-    _check_hipblaslt_job(recipes, config)
-    title = hipblaslt_job_title(config.hipblaslt_job) if config.hipblaslt_job else None
+    building = {job.stage: _building(recipes, job.stage) for job in config.compile_jobs()}
+    for job in config.compile_jobs():
+        _check_compile_job(job, recipes, building[job.stage], config)
+    github_jobs = [line for job in config.compile_jobs() for line in (
+        f"Job {job.stage}: {job_title(job)};", f"its runner: github.runners.{job.stage}.")]
+    gitlab_jobs = [line for job in config.compile_jobs() for line in (
+        f"Job imagebuild:{job.stage}: {job_title(job)};", f"its runner: gitlab.tags.{job.stage}.")]
     config_input = generated.Input(
         config.source or DEFAULT_CONFIG, _input_digest(config.to_dict()),
         "" if config.source else "imagebuild's defaults: no ci/config.yaml")
@@ -50,8 +55,7 @@ def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dic
             "Recipes are not inputs: the plan job works out the affected ones at run time.",
             "Copy to .github/workflows/, or set github.workflow_dir in ci/config.yaml.",
             *_layout_lines(config),
-            *([f"Job hipblaslt: {title};", "its runner: github.runners.hipblaslt."]
-              if title else []))
+            *github_jobs)
         + github_workflow(config),
         GITLAB_FILE: generated.header([*recipe_inputs_, config_input], REGENERATE) + comment(
             f"Include from .gitlab-ci.yml:  include: [{{local: {GITLAB_FILE}}}]",
@@ -59,9 +63,8 @@ def render_ci(recipes: Sequence[Recipe], config: CIConfig, project: Path) -> dic
             "its EDF file changes; IMAGEBUILD_ALL=true builds every image. Uses the default",
             "stages (.pre, build, test, deploy); image jobs need runners whose shell is bash.",
             *_layout_lines(config),
-            *([f"Job imagebuild:hipblaslt: {title};", "its runner: gitlab.tags.hipblaslt."]
-              if title else []))
-        + gitlab_pipeline(inputs, config, [r.name for r in recipes if hipblaslt_section(r) is not None]),
+            *gitlab_jobs)
+        + gitlab_pipeline(inputs, config, building),
         ACTIONLINT_CONFIG: generated.header([config_input], REGENERATE) + comment(
             f"Use with: actionlint -config-file {ACTIONLINT_CONFIG}")
         + actionlint_config(config),
@@ -83,19 +86,22 @@ def _layout_lines(config: CIConfig) -> list[str]:
     return lines
 
 
-def _check_hipblaslt_job(recipes: Sequence[Recipe], config: CIConfig) -> None:
-    """The compile job's recipe must be one of the project's that builds hipBLASLt."""
-    job = config.hipblaslt_job
-    if job is None:
-        return
-    building = sorted(r.name for r in recipes if hipblaslt_section(r) is not None)
+def _building(recipes: Sequence[Recipe], stage: str) -> list[str]:
+    """The recipes whose component of that name (and stage) is on."""
+    return sorted(r.name for r in recipes
+                  if any(component.name == stage for component, _ in enabled(r)))
+
+
+def _check_compile_job(job: CompileJob, recipes: Sequence[Recipe], building: list[str],
+                       config: CIConfig) -> None:
+    """A compile job's recipe must be one of the project's that builds its stage."""
     if job.recipe not in building:
-        what = ("has hipblaslt.enabled false" if job.recipe in {r.name for r in recipes}
+        what = (f"has {job.stage}.enabled false" if job.recipe in {r.name for r in recipes}
                 else "is not a recipe of this project")
         raise CIConfigError([Problem(
-            Path(config.source or DEFAULT_CONFIG), None, "hipblaslt_job.recipe",
-            f"{job.recipe} {what}; recipes that build hipBLASLt: "
-            f"{', '.join(building) or 'none'} (null: no hipBLASLt compile job)")])
+            Path(config.source or DEFAULT_CONFIG), None, f"{job.stage}_job.recipe",
+            f"{job.recipe} {what}; recipes that build {TITLES[job.stage]}: "
+            f"{', '.join(building) or 'none'} (null: no {TITLES[job.stage]} compile job)")])
 
 
 def _input_digest(data: Any) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from imagebuild.ci import hipblaslt_job
-from imagebuild.ci.config import CIConfig
+from imagebuild.ci.config import CIConfig, CompileJob
 from imagebuild.ci.image_job import (
     ARTIFACTS_DIR,
     build_lines,
@@ -122,9 +122,10 @@ def github_workflow(config: CIConfig) -> str:
                              "retention-days": config.retention_days}}
     build_needs = ["plan"]
     build_if = images_if
-    if config.hipblaslt_job is not None and config.cache:
+    if config.compile_jobs() and config.cache:
         # the recipes sharing its stage import what the compile job exported
-        build_needs, build_if = ["plan", "hipblaslt"], f"!cancelled() && {images_if}"
+        build_needs = ["plan", *(job.stage for job in config.compile_jobs())]
+        build_if = f"!cancelled() && {images_if}"
     build = _matrix_job(config, "build", config.github.build_runner, build_if, build_needs, [
         *_common_steps(config),
         {"name": "Lock check", "run": 'imagebuild lock --check --strict "$RECIPE"'},
@@ -168,8 +169,8 @@ def github_workflow(config: CIConfig) -> str:
         # one promotion at a time: a registry cannot compare-and-set a tag
         promote["concurrency"] = {"group": "imagebuild-promote", "cancel-in-progress": False}
         jobs["promote"] = promote
-    if config.hipblaslt_job is not None:
-        jobs["hipblaslt"] = _hipblaslt_job(config, images_if)
+    for compile_job in config.compile_jobs():
+        jobs[compile_job.stage] = _compile_job(config, compile_job, images_if)
     permissions = {"contents": "read"}
     if not config.registry:
         permissions["packages"] = "write"  # GITHUB_TOKEN pushes to the repository's GHCR
@@ -220,10 +221,8 @@ def _plan_job(config: CIConfig) -> dict[str, Any]:
     }
 
 
-def _hipblaslt_job(config: CIConfig, images_if: str) -> dict[str, Any]:
-    """The real hipBLASLt compile: started when its recipe is among the plan's."""
-    job = config.hipblaslt_job
-    assert job is not None
+def _compile_job(config: CIConfig, job: CompileJob, images_if: str) -> dict[str, Any]:
+    """The real compile of a recipe's stage: started when its recipe is among the plan's."""
     logs = hipblaslt_job.log_dir()
     env = hipblaslt_job.job_variables(job)
     if config.cache:
@@ -233,21 +232,22 @@ def _hipblaslt_job(config: CIConfig, images_if: str) -> dict[str, Any]:
         "needs": "plan",
         "if": f"{images_if} && contains(fromJSON(needs.plan.outputs.matrix).include.*.recipe, "
               f"'{job.recipe}')",
-        "runs-on": _runs_on(config.github.hipblaslt_runner),
+        "runs-on": _runs_on(config.runner_of(job)),
         "timeout-minutes": job.hours * 60,
         "env": env,
         "steps": [
             {"name": "The runner has the memory and disk the compile needs",
-             "run": shell_script(*hipblaslt_job.resources_check(config))},
+             "run": shell_script(*hipblaslt_job.resources_check(config, job))},
             *(_common_steps(config) if config.cache else
               [{"uses": CHECKOUT_ACTION}, _install_step()]),
             {"name": "Lock check", "run": 'imagebuild lock --check --strict "$RECIPE"'},
-            {"name": "Build the hipblaslt stage",
-             "run": shell_script(f'mkdir -p "{logs}"', *hipblaslt_job.build_lines(config))},
+            {"name": f"Build the {job.stage} stage",
+             "run": shell_script(f'mkdir -p "{logs}"',
+                                 *hipblaslt_job.build_lines(config, job))},
             {"name": "Upload the log",
              "if": "always()",
              "uses": UPLOAD_ACTION,
-             "with": {"name": "imagebuild-${{ env.RECIPE }}-hipblaslt",
+             "with": {"name": f"imagebuild-${{{{ env.RECIPE }}}}-{job.stage}",
                       "path": f"{ARTIFACTS_DIR}/${{{{ env.RECIPE }}}}/",
                       "if-no-files-found": "warn",
                       "retention-days": config.retention_days}},
@@ -266,6 +266,7 @@ def actionlint_config(config: CIConfig) -> str:
     labels = [label for label in dict.fromkeys([*config.github.plan_runner,
                                                 *config.github.build_runner,
                                                 *config.github.gpu_runner,
-                                                *config.github.hipblaslt_runner])
+                                                *config.github.hipblaslt_runner,
+                                                *config.github.rccl_runner])
               if label not in known]
     return dump({"self-hosted-runner": {"labels": labels}})

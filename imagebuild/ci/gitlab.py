@@ -6,11 +6,11 @@ a check job that runs whenever any image job does."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from imagebuild.ci import hipblaslt_job
-from imagebuild.ci.config import CIConfig
+from imagebuild.ci.config import CIConfig, CompileJob
 from imagebuild.ci.image_job import (
     ARTIFACTS_DIR,
     BUILD_RESULT,
@@ -66,9 +66,11 @@ def _artifacts(config: CIConfig, name: str, paths: list[str]) -> dict[str, Any]:
 
 
 def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig,
-                    hipblaslt_recipes: Iterable[str] = ()) -> str:
-    """``hipblaslt_recipes``: the recipes that build hipBLASLt; with the registry cache their
-    build jobs start after the hipBLASLt compile job, whose stage they import."""
+                    stage_recipes: Mapping[str, Iterable[str]] | None = None) -> str:
+    """``stage_recipes``: compile job stage (hipblaslt, rccl) -> the recipes that build that
+    stage; with the registry cache their build jobs start after the compile job, whose stage
+    they import."""
+    stage_recipes = {stage: set(names) for stage, names in (stage_recipes or {}).items()}
     force = {"if": '$IMAGEBUILD_ALL == "true"'}
     everything = _gitlab_paths(dict.fromkeys(
         [*config.rebuild_all_on, *(p for item in inputs for p in item.paths)]))
@@ -111,13 +113,15 @@ def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig,
                             trusted=False)
         promote["resource_group"] = "imagebuild-promote"  # a registry cannot compare-and-set
         pipeline[".imagebuild:promote"] = promote
-    waiting = set(hipblaslt_recipes) if config.hipblaslt_job and config.cache else set()
+    # recipe -> the compile jobs whose stage it shares (it imports what they exported)
+    waiting = {name: [job.stage for job in config.compile_jobs() if name in stage_recipes.get(
+        job.stage, ())] for name in (item.name for item in inputs)} if config.cache else {}
     for item in inputs:
         rules = [force, {"changes": {"paths": _gitlab_paths([*item.paths,
                                                               *config.rebuild_all_on])}}]
         needs: list[dict[str, Any]] = [{"job": "imagebuild:check", "optional": True}]
-        if item.name in waiting:
-            needs.append({"job": "imagebuild:hipblaslt", "optional": True})
+        for stage in waiting.get(item.name, ()):
+            needs.append({"job": f"imagebuild:{stage}", "optional": True})
         # the matrix's axes, as GitHub's carries them: the ROCm version and the Python
         axes = {"RECIPE": item.name, "ROCM": item.rocm or "cpu", "PYTHON": item.python}
         pipeline[f"imagebuild:build:{item.name}"] = {
@@ -134,36 +138,34 @@ def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig,
                 "needs": [built, {"job": f"imagebuild:validate:{item.name}",
                                   "artifacts": False}],
                 "rules": [{"if": "$CI_COMMIT_TAG"}]}
-    if config.hipblaslt_job is not None:
-        item = next(i for i in inputs if i.name == config.hipblaslt_job.recipe)
-        pipeline["imagebuild:hipblaslt"] = _hipblaslt_job(config, item, force)
+    for job in config.compile_jobs():
+        item = next(i for i in inputs if i.name == job.recipe)
+        pipeline[f"imagebuild:{job.stage}"] = _compile_job(config, job, item, force)
     return dump(pipeline)
 
 
-def _hipblaslt_job(config: CIConfig, item: RecipeInputs, force: dict[str, str]
-                   ) -> dict[str, Any]:
-    """The real hipBLASLt compile, started when its recipe's image job is."""
-    job = config.hipblaslt_job
-    assert job is not None
+def _compile_job(config: CIConfig, job: CompileJob, item: RecipeInputs,
+                 force: dict[str, str]) -> dict[str, Any]:
+    """The real compile of a recipe's stage, started when its recipe's image job is."""
     logs = hipblaslt_job.log_dir()
     compile_job: dict[str, Any] = {
         "extends": ".imagebuild",
         "stage": "build",
         "needs": [{"job": "imagebuild:check", "optional": True}],
     }
-    if config.gitlab.hipblaslt_tags:
-        compile_job["tags"] = list(config.gitlab.hipblaslt_tags)
+    if config.tags_of(job):
+        compile_job["tags"] = list(config.tags_of(job))
     compile_job["timeout"] = f"{job.hours}h"
     compile_job["variables"] = hipblaslt_job.job_variables(job)
     compile_job["script"] = [
         "set -o pipefail",
         *(TRUSTED if config.cache else []),
-        shell_script(*hipblaslt_job.resources_check(config)),
+        shell_script(*hipblaslt_job.resources_check(config, job)),
         'imagebuild lock --check --strict "$RECIPE"',
         f'mkdir -p "{logs}"',
-        *hipblaslt_job.build_lines(config),
+        *hipblaslt_job.build_lines(config, job),
     ]
-    compile_job["artifacts"] = {"name": "imagebuild-$RECIPE-hipblaslt", "when": "always",
+    compile_job["artifacts"] = {"name": f"imagebuild-$RECIPE-{job.stage}", "when": "always",
                                 "expire_in": f"{config.retention_days} days",
                                 "paths": [f"{logs}/"]}
     compile_job["rules"] = [force, {"changes": {

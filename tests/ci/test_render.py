@@ -20,7 +20,9 @@ from imagebuild.ci.github import ACTIONLINT_CONFIG
 from imagebuild.ci.gitlab import GITLAB_FILE
 from imagebuild.ci.inputs import recipe_inputs
 from imagebuild.errors import CIConfigError, RecipeError
-from imagebuild.recipe.load import load_all
+from imagebuild.recipe.load import load_all, load_recipe
+from imagebuild.render.dockerfile import generated_dockerfile
+from imagebuild.render.plan import plan_for
 from tests.support.linters import REPO_ROOT
 
 from .test_config import write_config
@@ -429,3 +431,68 @@ def test_the_compile_job_names_a_stage_of_its_recipes_dockerfile() -> None:
     assert config.hipblaslt_job is not None
     text = (REPO_ROOT / "dockerfiles" / config.hipblaslt_job.recipe / "Dockerfile").read_text()
     assert hipblaslt_job.STAGE in [stage.name for stage in parse_stages(text)[1]]
+
+
+RCCL_PINNED = """\
+version: 1
+extends: rocm-7.2.4
+rccl:
+  enabled: true
+  repository: https://github.com/ROCm/rccl.git
+  ref: rocm-7.1.1
+"""
+
+
+def test_a_pinned_rccl_gets_a_compile_job_of_its_own(project: Path) -> None:
+    """Like hipBLASLt's: a recipe that pins RCCL names it in rccl_job; the job builds its
+    rccl stage on the RCCL runner, and the image jobs import that stage from the cache."""
+    (project / "recipes" / "rocm-7.2.4-rccl.yaml").write_text(RCCL_PINNED)
+    write_config(project, """\
+version: 1
+rccl_job:
+  recipe: rocm-7.2.4-rccl
+  hours: 3
+  memory_gb: 48
+github:
+  runners:
+    rccl: [self-hosted, rccl-builder]
+gitlab:
+  tags:
+    rccl: [rccl-builder]
+""")
+    files = render(project)
+    jobs = workflow(files)["jobs"]
+    job = jobs["rccl"]
+    assert job["name"] == ("RCCL compile of rocm-7.2.4-rccl (needs 48 GB memory, 60 GB free "
+                           "disk, up to 3 h)")
+    assert job["runs-on"] == ["self-hosted", "rccl-builder"] and job["timeout-minutes"] == 180
+    assert {k: job["env"][k] for k in ("RECIPE", "RCCL_MEMORY_GB", "RCCL_DISK_GB")} == {
+        "RECIPE": "rocm-7.2.4-rccl", "RCCL_MEMORY_GB": "48", "RCCL_DISK_GB": "60"}
+    run = all_steps_text(job)
+    assert 'imagebuild build "$RECIPE" --stage rccl --backend docker' in run
+    assert "too small for the RCCL compile (rccl_job in ci/config.yaml)" in job["steps"][0]["run"]
+    # hipBLASLt's job stays; the image jobs wait for both stages' cache entries.
+    assert "hipblaslt" in jobs and jobs["build"]["needs"] == ["plan", "hipblaslt", "rccl"]
+    assert "rccl-builder" in yaml.safe_load(files[ACTIONLINT_CONFIG])["self-hosted-runner"][
+        "labels"]
+    data = gitlab(files)
+    compile_job = data["imagebuild:rccl"]
+    assert compile_job["tags"] == ["rccl-builder"] and compile_job["timeout"] == "3h"
+    assert "--stage rccl" in "\n".join(compile_job["script"])
+    assert {"job": "imagebuild:rccl", "optional": True} in data[
+        "imagebuild:build:rocm-7.2.4-rccl"]["needs"]
+    assert {"job": "imagebuild:rccl", "optional": True} not in data[
+        "imagebuild:build:rocm-7.2.4"]["needs"]
+    # The stage it builds is one the recipe's Dockerfile has.
+    recipe = load_recipe("rocm-7.2.4-rccl", project)
+    text = generated_dockerfile(plan_for(recipe, None, project), project).text
+    assert "rccl" in [stage.name for stage in parse_stages(text)[1]]
+
+
+def test_the_rccl_job_needs_a_recipe_that_pins_rccl(project: Path) -> None:
+    write_config(project, "version: 1\nrccl_job:\n  recipe: rocm-7.2.4\n")
+    with pytest.raises(CIConfigError) as raised:
+        render(project)
+    assert str(raised.value) == (
+        "ci/config.yaml: rccl_job.recipe: rocm-7.2.4 has rccl.enabled false; recipes that "
+        "build RCCL: none (null: no RCCL compile job)")
