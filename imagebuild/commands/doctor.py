@@ -138,7 +138,7 @@ def doctor_findings(args: argparse.Namespace, needs: ImageNeeds, kind: str,
     settings = doctor_settings(site, environ, Path(args.root),
                                bind_host_rocm=getattr(args, "bind_host_rocm", None),
                                libfabric_dir=args.libfabric_dir, runtime=runtime,
-                               runtime_from=f"--runtime {runtime}")
+                               runtime_from=f"--runtime {runtime}", needs=needs)
     if kind == "here":  # inside the image: its loader and mount table are the ones to read
         settings = inside_image(settings)
     findings = run_doctor(needs, settings)

@@ -82,7 +82,7 @@ def preflight(target_kind: str, recipe: str | None, image: str | None,
     # A container launcher is the runtime the checks run under (the doctor's rccl-p2p).
     named = launcher if launcher in RUNTIMES else None
     settings = doctor_settings(site, environ, root, bind_host_rocm=bind_host_rocm,
-                               runtime=named, runtime_from=f"--launcher {named}")
+                               runtime=named, runtime_from=f"--launcher {named}", needs=needs)
     if target_kind == "environment":
         settings = inside_image(settings)
     return Preflight(tuple(run_doctor(needs, settings)), needs)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from imagebuild.inimage.doctor.libfabric import FabricSettings
 from imagebuild.inimage.doctor.miopen import expand
+from imagebuild.inimage.doctor.needs import ImageNeeds
 from imagebuild.inimage.doctor.run import DoctorSettings
 from imagebuild.inimage.doctor.runtime import RUNTIME_OF_FORMAT
+from imagebuild.recipe.image_network import ImageNetwork
 from imagebuild.recipe.site import SiteProfile
 from imagebuild.recipe.site_runtime import site_binds, site_env
 
@@ -31,11 +33,25 @@ def site_runtime(site: SiteProfile | None) -> tuple[str | None, str]:
     return runtime, (f"site {site.name} runs .{first} images" if runtime else "")
 
 
+def known_network(needs: ImageNeeds | None) -> ImageNetwork | None:
+    """What the doctor knows of the image's network, to fit the site's environment to it as
+    the EDF and the batch job do: an image without a network plugin gets no NCCL_NET and
+    no libfabric variables (imagebuild.recipe.site_runtime.network_fit). Of an image with
+    one it does not know the libfabric's providers: the profile's settings as written."""
+    if needs is None or needs.plugin:
+        return None
+    # No ROCm release: the doctor reports a release the site does not run (its driver item),
+    # it does not refuse to look.
+    return ImageNetwork(plugin=None, verbs=True)
+
+
 def doctor_settings(site: SiteProfile | None, environ: Mapping[str, str], root: Path,
                     bind_host_rocm: bool | None = None, libfabric_dir: str | None = None,
-                    runtime: str | None = None, runtime_from: str = "") -> DoctorSettings:
+                    runtime: str | None = None, runtime_from: str = "",
+                    needs: ImageNeeds | None = None) -> DoctorSettings:
     env = dict(environ)
-    env.update({key: expand(value, dict(environ)) for key, value in site_env(site).items()})
+    fitted = site_env(site, known_network(needs))
+    env.update({key: expand(value, dict(environ)) for key, value in fitted.items()})
     policy = site.libfabric if site else None
     if runtime is None:
         runtime, runtime_from = site_runtime(site)
