@@ -316,8 +316,11 @@ def plan(context: PlanContext) -> ComponentPlan:
         files.append((CBLAS_CONFIG, (FOLDER / "cblas-config.cmake").read_text()))
     return ComponentPlan(
         name=NAME, values=values,
-        stage=Stage("hipblaslt", "stage.j2", "toolchain + hipBLASLt build + tuning kit",
-                    "hipBLASLt repository/commit, GPU targets (source layer: commit only)"),
+        stage=Stage("hipblaslt", "stage.j2",
+                    "toolchain + " + ("AOCL-BLIS + " if blis else "")
+                    + "hipBLASLt build + tuning kit",
+                    ("AOCL-BLIS commit, " if blis else "") + "hipBLASLt repository/commit, "
+                    "GPU targets (source layer: commit only)"),
         steps=("final.j2",), files=tuple(files), scripts=((CHECK, FOLDER / "check.py"),),
         runtime_packages=CLIENT_RUNTIME_PACKAGES if values.clients else (),
         library_path=(values.library_dir,),

@@ -29,10 +29,24 @@ from imagebuild.render.manifest import manifest
 from imagebuild.render.plan import plan_for
 from tests.components.conftest import REPO
 from tests.lock.conftest import git_repo
-from tests.support.render import parse_dockerfile, write_lock
+from tests.support.render import (
+    cache_keys,
+    first_changed,
+    parse_dockerfile,
+    rebuilt,
+    write_lock,
+)
 
 GITHUB_AMD = "https://github.com/amd/"
 SHIPPED = ["rocm-6.4.4", "rocm-7.0.2", "rocm-7.2.4"]
+
+
+def relocked(recipe: Recipe, lock: Lock, path: Path, key: str, commit: str) -> Lock:
+    """``lock`` with the source ``key`` at another commit."""
+    document = tomllib.loads(lock.path.read_text(encoding="utf-8"))
+    document["tool"]["imagebuild"]["sources"][key]["commit"] = commit
+    path.write_text(header(recipe) + tomli_w.dumps(document), encoding="utf-8")
+    return read_lock(path)
 
 
 def mirrored_lock(recipe: Recipe, tmp_path: Path) -> tuple[Lock, str]:
@@ -151,3 +165,23 @@ def test_clients_without_blis_refuse_to_render():
     broken = recipe.with_component("hipblaslt", replace(hip, blis=None))  # type: ignore[arg-type]
     with pytest.raises(RenderError, match=r"hipblaslt\.blis: missing"):
         plan_for(broken, None)
+
+
+def test_a_new_hipblaslt_commit_reuses_the_blis_layers(tmp_path: Path):
+    """BuildKit's cache keys (modelled): the BLIS steps come first in the stage, so a new
+    hipBLASLt commit re-runs from its own fetch on; a new BLIS commit rebuilds this stage
+    (and the final stage's copy of it) and nothing else."""
+    recipe = load_recipe("rocm-7.2.4", REPO)
+    lock, _ = mirrored_lock(recipe, tmp_path)
+    steps = steps_of(recipe, lock)
+    source = next(i for i, s in enumerate(steps) if "git init -q /usr/src/hipblaslt" in s)
+    before = cache_keys(render_dockerfile(plan_for(recipe, lock)))
+    new_hipblaslt = relocked(recipe, lock, tmp_path / "a.toml", "hipblaslt", "1" * 40)
+    after = cache_keys(render_dockerfile(plan_for(recipe, new_hipblaslt)))
+    # keys[0] is the FROM; step i of the stage is keys[i + 1]
+    assert first_changed(before["hipblaslt"], after["hipblaslt"]) == source + 1
+    new_blis = relocked(recipe, lock, tmp_path / "b.toml", hipblaslt.BLIS_LOCK_KEY, "2" * 40)
+    after = cache_keys(render_dockerfile(plan_for(recipe, new_blis)))
+    assert rebuilt(before, after) == {"hipblaslt", "final"}
+    blis = next(i for i, s in enumerate(steps) if "git init -q /usr/src/aocl-blis" in s)
+    assert first_changed(before["hipblaslt"], after["hipblaslt"]) == blis + 1
