@@ -105,7 +105,8 @@ def test_sbom_names_each_source_built_component_with_its_pin(rocm):
     # every row of a source names the component it belongs to
     named = {ref: {p["value"] for p in c["properties"] if p["name"] == "imagebuild:component"}
              for ref, c in components.items() if ref.startswith("source:")}
-    assert named == {"source:hipblaslt": {"hipblaslt"}, "source:aws-ofi-nccl": {"network_plugin"},
+    assert named == {"source:hipblaslt": {"hipblaslt"}, "source:aocl-blis": {"hipblaslt"},
+                     "source:aws-ofi-nccl": {"network_plugin"},
                      "source:libfabric": {"network_plugin"}, "source:rccl-tests": {"rccl_tests"},
                      "source:rccl-tuner": {"rccl_tuner"},
                      "source:transformer-engine": {"transformer_engine"},

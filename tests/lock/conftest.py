@@ -38,6 +38,9 @@ hipblaslt:
   enabled: true
   repository: {hipblaslt_repo}
   ref: rocm-7.0.2
+  blis:
+    repository: {blis_repo}
+    ref: "5.1"
 network_plugin:
   enabled: true
   repository: {plugin_repo}
@@ -77,6 +80,8 @@ class World:
     options: LockOptions
     hipblaslt_commit: str
     plugin_commit: str
+    #: AOCL-BLIS's tagged commit (the clients' CPU reference).
+    blis_commit: str
 
     @property
     def rocm_dir(self) -> Path:
@@ -99,6 +104,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     (root / "libfabric-2.1.0.tar.bz2").write_bytes(b"libfabric source " * 1000)
     hip_commit = git_repo(tmp_path / "git" / "rocm-libraries", "rocm-7.0.2", annotated=True)
     plugin_commit = git_repo(tmp_path / "git" / "aws-ofi-nccl", "v1.18.0", annotated=False)
+    blis_commit = git_repo(tmp_path / "git" / "blis", "5.1", annotated=True)
 
     server = IndexServer(root).start()
     project = tmp_path / "project"
@@ -108,12 +114,14 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
         digest=BASE_DIGEST, index=server.url_for("rocm/"), index_root=server.url_for(""),
         torch=TORCH, triton=TRITON,
         hipblaslt_repo=f"file://{tmp_path / 'git' / 'rocm-libraries'}",
-        plugin_repo=f"file://{tmp_path / 'git' / 'aws-ofi-nccl'}"))
+        plugin_repo=f"file://{tmp_path / 'git' / 'aws-ofi-nccl'}",
+        blis_repo=f"file://{tmp_path / 'git' / 'blis'}"))
     monkeypatch.setenv("IMAGEBUILD_PROJECT", str(project))
     monkeypatch.setenv("IMAGEBUILD_HTTP_RETRIES", "2")
     monkeypatch.setenv("IMAGEBUILD_HTTP_TIMEOUT", "2")
     options = LockOptions(pypi_url=server.url_for("simple/"), cache_dir=tmp_path / "cache")
     try:
-        yield World(server, project, recipe_path, options, hip_commit, plugin_commit)
+        yield World(server, project, recipe_path, options, hip_commit, plugin_commit,
+                    blis_commit)
     finally:
         server.stop()

@@ -60,6 +60,7 @@ def test_lock_pins_every_byte(world: World) -> None:
     assert tool["base-digest"] == BASE_DIGEST
     assert tool["sources"]["hipblaslt"]["commit"] == world.hipblaslt_commit
     assert tool["sources"]["network-plugin"]["commit"] == world.plugin_commit
+    assert tool["sources"]["aocl-blis"]["commit"] == world.blis_commit
     served = world.server.directory / "libfabric-2.1.0.tar.bz2"
     assert tool["sources"]["libfabric"]["sha256"] == sha256_of(served)
     assert lock_status(recipe).state == "locked"
@@ -158,12 +159,17 @@ def test_unresolvable_dependency_is_one_clear_error(world: World) -> None:
 def test_git_mirror_rewrites_repositories(world: World, tmp_path: Path) -> None:
     real = str(tmp_path / "git")
     text = world.recipe_path.read_text().replace(f"file://{real}", "https://github.com/ROCm")
+    text = text.replace("https://github.com/ROCm/blis", "https://github.com/amd/blis")
     world.recipe_path.write_text(text.replace("https://github.com/ROCm/aws-ofi-nccl",
                                               "https://github.com/aws/aws-ofi-nccl"))
     path = lock(world, git_mirrors={"https://github.com/ROCm/": f"file://{real}/",
-                                    "https://github.com/aws/": f"file://{real}/"})
+                                    "https://github.com/aws/": f"file://{real}/",
+                                    "https://github.com/amd/": f"file://{real}/"})
     tool = tomllib.loads(path.read_text())["tool"]["imagebuild"]
     assert tool["sources"]["hipblaslt"]["commit"] == world.hipblaslt_commit
+    # AOCL-BLIS, which install.sh -c would otherwise download from GitHub, by the mirror
+    assert tool["sources"]["aocl-blis"] == {"repository": f"file://{real}/blis",
+                                            "ref": "5.1", "commit": world.blis_commit}
 
 
 def test_cli_lock_and_check(world: World, capsys: pytest.CaptureFixture[str],

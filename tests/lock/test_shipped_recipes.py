@@ -174,6 +174,9 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     if section is not None and section.source is not None:
         expected["transformer-engine"] = mirror_repository(
             mirror, section.source.repository, section.source.ref)
+    blis = sections["hipblaslt"].blis
+    if blis is not None:  # the clients' AOCL-BLIS, by the same mirror
+        expected["aocl-blis"] = mirror_repository(mirror, blis.repository, blis.ref)
     tuner = sections.get("rccl_tuner")
     if tuner is not None and tuner.enabled:
         expected["rccl-tuner"] = mirror_repository(mirror, tuner.source.repository,
@@ -199,6 +202,9 @@ def test_shipped_recipe_locks_against_a_fixture_index(name: str, tmp_path: Path,
     assert commits == expected
     assert lock.sources["rccl-tests"] == LockedGit(
         f"file://{mirror}/ROCm/rccl-tests.git", "develop", tests_commit)
+    if blis is not None:
+        assert lock.sources["aocl-blis"] == LockedGit(
+            f"file://{mirror}/amd/blis.git", blis.ref, expected["aocl-blis"])
     if engine is not None:
         for project in ("transformer-engine", "transformer-engine-rocm"):
             wheel = lock.wheel(project)

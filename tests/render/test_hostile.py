@@ -165,14 +165,16 @@ def test_url_metacharacters_stay_one_shell_word(tmp_path: Path, benign_count: in
     repository = "https://example.org/repo.git;touch#x&y"
     url = "https://example.org/libfabric-{version}.tar.bz2?a=1&b=2;c"
     path = write_recipe(tmp_path, hipblaslt__repository=repository,
+                        hipblaslt__blis={"repository": repository.replace("repo", "blis")},
                         network_plugin__libfabric__url=url)
     text = render_dockerfile(plan_for(load_recipe(path), None))
     assert count(text) == benign_count
     stages = parse_dockerfile(text)
-    remote = next(i for i in stages["hipblaslt"].instructions if "remote add origin" in i)
-    words = shlex.split(remote.split("&& git -C /usr/src/hipblaslt remote add origin", 1)[1]
-                        .split("&&", 1)[0])
-    assert words == [repository]
+    for checkout, wanted in (("hipblaslt", repository),
+                             ("aocl-blis", repository.replace("repo", "blis"))):
+        marker = f"&& git -C /usr/src/{checkout} remote add origin"
+        remote = next(i for i in stages["hipblaslt"].instructions if marker in i)
+        assert shlex.split(remote.split(marker, 1)[1].split("&&", 1)[0]) == [wanted]
     fetch = next(i for i in stages["plugin"].instructions if "curl" in i)
     assert shlex.quote(url.replace("{version}", "2.1.0")) in fetch
 

@@ -34,6 +34,8 @@ from imagebuild.recipe.rocm_layout import release
 NAME = "hipblaslt"
 #: Its source's key in the lock's [tool.imagebuild.sources].
 LOCK_KEY = "hipblaslt"
+#: The key of AOCL-BLIS, the clients' CPU reference library (see BLIS_PREFIX).
+BLIS_LOCK_KEY = "aocl-blis"
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,14 @@ class HipBlasLt:
     logic_filter: str | None = None
     #: False: install.sh --skip_rocroller (HIPBLASLT_ENABLE_ROCROLLER=OFF).
     rocroller: bool = True
+    #: AOCL-BLIS, built from source for the clients (None when they are off).
+    blis: GitSource | None = None
 
     def lock_inputs(self) -> dict[str, Any]:
-        return {NAME: asdict(self.source) if self.enabled else None}
+        inputs = {NAME: asdict(self.source) if self.enabled else None}
+        if self.enabled and self.blis is not None:
+            inputs[f"{NAME}_blis"] = asdict(self.blis)
+        return inputs
 
 
 def section(recipe: Recipe) -> HipBlasLt | None:
@@ -72,9 +79,18 @@ SPEC = Obj(fields={
         "(install.sh --logic-yaml-filter; ROCm >= 6.4): kernels for the logic files it "
         "leaves out are not built", grammar.LOGIC_FILTER),
     "rocroller": Bool(),
+    "blis": Obj(description="AOCL-BLIS, the CPU reference the clients link (with clients: "
+                "true; default https://github.com/amd/blis.git at 5.1): its repository and "
+                "ref, which the lock pins to a commit; built into /usr/local, where "
+                "install.sh -c looks before it downloads a prebuilt copy from GitHub",
+                fields={"repository": REPOSITORY, "ref": GIT_REF}),
 })
 DEFAULTS = {"enabled": False, "subdir": ".", "clients": True, "tuning_kit": True,
             "rocroller": True}
+#: AOCL-BLIS for the clients when the section names none, or names only one of its keys:
+#: AOCL 5.1's release tag (https://github.com/amd/blis/tags). Applied in read(), not as a
+#: schema default, so a recipe that builds no clients records none.
+BLIS_DEFAULT = {"repository": "https://github.com/amd/blis.git", "ref": "5.1"}
 
 #: The first ROCm release whose hipBLASLt install.sh takes each build option. ROCm/hipBLASLt
 #: added --logic-yaml-filter (-> Tensile_LOGIC_FILTER) on develop in #1007 (2024-09-25),
@@ -122,13 +138,18 @@ def _option_checks(hip: SectionData, rocm: str, problem: ProblemAt) -> None:
 
 
 def read(hip: SectionData, recipe: RecipeData) -> HipBlasLt:
+    # Without it install.sh -c downloads AOCL-BLIS from GitHub during the build (BLIS_PREFIX).
+    blis = (git_source({**BLIS_DEFAULT, **(hip.get("blis") or {})})
+            if hip["enabled"] and hip["clients"] else None)
     return HipBlasLt(enabled=hip["enabled"], source=git_source(hip), subdir=hip["subdir"],
                      clients=hip["clients"], tuning_kit=hip["tuning_kit"],
-                     logic_filter=hip.get("logic_filter"), rocroller=hip["rocroller"])
+                     logic_filter=hip.get("logic_filter"), rocroller=hip["rocroller"],
+                     blis=blis)
 
 
 def pins(hip: HipBlasLt, recipe: Recipe) -> tuple[Pin, ...]:
-    return (GitPin(LOCK_KEY, hip.source),)
+    blis = (GitPin(BLIS_LOCK_KEY, hip.blis),) if hip.clients and hip.blis else ()
+    return (GitPin(LOCK_KEY, hip.source), *blis)
 
 
 FOLDER = Path(__file__).resolve().parent
@@ -152,6 +173,37 @@ CLIENT_RUNTIME_PACKAGES = ("libgfortran5", "liblapack3", "libblas3")
 TENSILE_JOB_MEMORY_GIB = 4
 #: Which libhipblaslt a torch wheel loads (see torch_hipblaslt).
 TorchLinks = Literal["system", "bundled"]
+#: Where AOCL-BLIS is installed so that install.sh -c does not download it. Its
+#: install_blis (ROCm/hipBLASLt install.sh, e.g. commit 7d9fb683; rocm-libraries
+#: projects/hipblaslt tasks.py `_install_blis` after install.sh became a wrapper of
+#: `invoke build`) wgets github.com/amd/blis/releases/download/2.0/aocl-blis-mt-*-2.0.tar.gz
+#: unless /usr/local/lib/libblis.a (or an /opt/AMD/aocl copy) exists, and the clients'
+#: findBLIS.cmake / FindBLIS.cmake then take /usr/local/lib/libblis.a (FindBLIS also
+#: libblis-mt.a) with the headers in /usr/local/include/blis.
+BLIS_PREFIX = "/usr/local"
+#: AOCL-BLIS's configuration family of the AMD Zen generations with runtime dispatch and
+#: a generic fallback (config_registry), so the library does not depend on the builder's CPU.
+BLIS_CONFIG = "amdzen"
+
+
+@dataclass(frozen=True)
+class BlisPlan:
+    repository: str
+    #: The locked commit, or the recipe's ref when unlocked (review renders only).
+    revision: str
+    ref: str
+    prefix: str = BLIS_PREFIX
+    config: str = BLIS_CONFIG
+    source_dir: str = "/usr/src/aocl-blis"
+
+    @property
+    def library(self) -> str:
+        """The file whose presence makes install.sh skip its download."""
+        return f"{self.prefix}/lib/libblis.a"
+
+    @property
+    def include_dir(self) -> str:
+        return f"{self.prefix}/include/blis"
 
 
 @dataclass(frozen=True)
@@ -180,6 +232,8 @@ class HipBlasLtPlan:
     logic_filter: str | None = None
     #: False: install.sh --skip_rocroller.
     rocroller: bool = True
+    #: AOCL-BLIS for the clients (None when they are off).
+    blis: BlisPlan | None = None
     tensile_job_memory_gib: int = TENSILE_JOB_MEMORY_GIB
     check: str = CHECK
     cblas_config: str = CBLAS_CONFIG
@@ -242,6 +296,13 @@ def plan(context: PlanContext) -> ComponentPlan:
                           "which libhipblaslt it loads (a .lw wheel links the system ROCm's, "
                           "others bundle their own) cannot be decided")
     repository, revision = pinned_source(hip.source, locked)
+    locked_blis = lock.git(BLIS_LOCK_KEY) if lock and hip.clients else None
+    blis = None
+    if hip.clients:
+        if hip.blis is None:
+            raise RenderError(f"{where}: hipblaslt.blis: missing (required with clients: "
+                              "true), or install.sh -c would download AOCL-BLIS")
+        blis = BlisPlan(*pinned_source(hip.blis, locked_blis), ref=hip.blis.ref)
     values = HipBlasLtPlan(
         repository=repository, revision=revision, ref=hip.source.ref, subdir=hip.subdir,
         targets=";".join(recipe.gpu_targets), clients=hip.clients,
@@ -249,28 +310,33 @@ def plan(context: PlanContext) -> ComponentPlan:
         source_dir="/usr/src/hipblaslt" + ("" if hip.subdir == "." else f"/{hip.subdir}"),
         rocm_prefix=recipe.rocm_prefix, torch_version=torch,
         torch_links=torch_hipblaslt(torch), logic_filter=hip.logic_filter,
-        rocroller=hip.rocroller)
+        rocroller=hip.rocroller, blis=blis)
     files = [(TUNING_KIT, (FOLDER / "tuning-kit.sh").read_text())]
     if values.clients:
         files.append((CBLAS_CONFIG, (FOLDER / "cblas-config.cmake").read_text()))
     return ComponentPlan(
         name=NAME, values=values,
-        stage=Stage("hipblaslt", "stage.j2", "toolchain + hipBLASLt build + tuning kit",
-                    "hipBLASLt repository/commit, GPU targets (source layer: commit only)"),
+        stage=Stage("hipblaslt", "stage.j2",
+                    "toolchain + " + ("AOCL-BLIS + " if blis else "")
+                    + "hipBLASLt build + tuning kit",
+                    ("AOCL-BLIS commit, " if blis else "") + "hipBLASLt repository/commit, "
+                    "GPU targets (source layer: commit only)"),
         steps=("final.j2",), files=tuple(files), scripts=((CHECK, FOLDER / "check.py"),),
         runtime_packages=CLIENT_RUNTIME_PACKAGES if values.clients else (),
         library_path=(values.library_dir,),
         linked_files=(f"{values.library_dir}/libhipblaslt.so",
                       *((values.bench,) if values.bench else ())),
-        manifest=_manifest(values, hip, recipe.gpu_targets, locked),
-        sources=(PinnedSource(NAME, "hipblaslt", locked, subdir=hip.subdir),) if locked else (),
+        manifest=_manifest(values, hip, recipe.gpu_targets, locked, locked_blis),
+        sources=(*((PinnedSource(NAME, "hipblaslt", locked, subdir=hip.subdir),)
+                   if locked else ()),
+                 *((PinnedSource(NAME, BLIS_LOCK_KEY, locked_blis),) if locked_blis else ())),
         sizes=(*(((values.kit, "hipBLASLt tuning kit"),) if values.tuning_kit else ()),
                (PREFIX, "hipBLASLt")),
         keeps=(values.kit,) if values.tuning_kit else ())
 
 
 def _manifest(values: HipBlasLtPlan, hip: HipBlasLt, targets: tuple[str, ...],
-              locked: LockedGit | None) -> dict[str, Any]:
+              locked: LockedGit | None, locked_blis: LockedGit | None) -> dict[str, Any]:
     """Its source, where it is and which library torch loads, decided from its wheel;
     "loaded" (the files torch maps and the bench links, proved one) is filled in by the
     final stage's check."""
@@ -282,6 +348,10 @@ def _manifest(values: HipBlasLtPlan, hip: HipBlasLt, targets: tuple[str, ...],
         "commit": locked.commit, "subdir": hip.subdir, "gpu_targets": list(targets),
         "clients": hip.clients, "prefix": PREFIX, "library": values.library_dir,
         "bench": values.bench,
+        # Linked statically into the clients (the final stage has no /usr/local copy).
+        "blis": {"repository": locked_blis.repository, "ref": locked_blis.ref,
+                 "commit": locked_blis.commit,
+                 "library": values.blis.library} if locked_blis and values.blis else None,
         # What find_exact.py runs and reads under build_dir, in the layout the kit always
         # has (hipblaslt-tuning-kit.sh: links where the release's own script reads others).
         "tuning_kit": {"root": kit, "find_exact": f"{kit}/utilities/find_exact.py",

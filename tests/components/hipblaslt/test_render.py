@@ -103,7 +103,7 @@ def test_the_compile_step_runs_no_apt_and_caps_tensile_jobs(name: str):
 
 
 def test_the_pre_monorepo_source_is_a_plain_shallow_fetch():
-    fetch = run_instruction(stages("rocm-6.4.4")["hipblaslt"], "git init")
+    fetch = run_instruction(stages("rocm-6.4.4")["hipblaslt"], "git init -q /usr/src/hipblaslt")
     assert "sparse-checkout" not in fetch and "--filter" not in fetch
     assert "fetch -q --depth 1 origin rocm-6.4.4" in fetch
 
@@ -226,7 +226,7 @@ def fake_rocm_libraries(root: Path) -> Path:
 
 def test_the_monorepo_fetch_checks_out_hipblaslt_and_what_its_cmake_names(tmp_path: Path):
     upstream = fake_rocm_libraries(tmp_path)
-    fetch = run_instruction(stages("rocm-7.0.2")["hipblaslt"], "git init")
+    fetch = run_instruction(stages("rocm-7.0.2")["hipblaslt"], "git init -q /usr/src/hipblaslt")
     assert "sparse-checkout set --cone projects/hipblaslt" in fetch
     assert "--depth 1 --filter=blob:none origin rocm-7.0.2" in fetch
     checkout = tmp_path / "usr-src-hipblaslt"
