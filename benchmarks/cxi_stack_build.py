@@ -71,6 +71,15 @@ def step_seconds(log: str) -> list[dict[str, object]]:
     return [step for step in steps.values() if "seconds" in step]
 
 
+def summary(data: dict) -> str:
+    """The sentence docs/runtimes.md quotes, from a record's figures."""
+    stages = data["stage_step_seconds"]
+    return (f"a cold build of the test image (--no-cache, base image present) took "
+            f"{data['build_seconds']:.0f} s, of which the cxi-stack stage's steps "
+            f"{stages.get('cxi-stack', 0.0):.0f} s; /opt/cxi-stack adds "
+            f"{data['cxi_stack_kib'] / 1024:.1f} MiB to the image")
+
+
 def in_image(image: str, *argv: str) -> str:
     return subprocess.run([DOCKER, "run", "--rm", image, *argv], capture_output=True,
                           text=True, check=True).stdout
@@ -128,6 +137,7 @@ def main() -> int:
             "build_seconds": round(seconds, 1), "stage_step_seconds": by_stage,
             "steps": steps, "cxi_stack_kib": stack_kib, "plugin_kib": plugin_kib,
             "image_bytes": image_bytes})
+        print(summary(record.data))
     return 0
 
 
