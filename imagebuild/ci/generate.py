@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild import generated
+from imagebuild.ci.compile_job import TITLES, job_title
 from imagebuild.ci.config import DEFAULT_CONFIG, CIConfig, CompileJob, load_ci_config
 from imagebuild.ci.github import ACTIONLINT_CONFIG, actionlint_config, github_workflow
 from imagebuild.ci.gitlab import GITLAB_FILE, gitlab_pipeline
-from imagebuild.ci.hipblaslt_job import TITLES, job_title
 from imagebuild.ci.inputs import RecipeInputs, recipe_inputs
 from imagebuild.ci.yaml_text import comment
 from imagebuild.components import enabled

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from imagebuild.ci import hipblaslt_job
+from imagebuild.ci import compile_job
 from imagebuild.ci.config import CIConfig, CompileJob
 from imagebuild.ci.image_job import (
     ARTIFACTS_DIR,
@@ -169,8 +169,8 @@ def github_workflow(config: CIConfig) -> str:
         # one promotion at a time: a registry cannot compare-and-set a tag
         promote["concurrency"] = {"group": "imagebuild-promote", "cancel-in-progress": False}
         jobs["promote"] = promote
-    for compile_job in config.compile_jobs():
-        jobs[compile_job.stage] = _compile_job(config, compile_job, images_if)
+    for job in config.compile_jobs():
+        jobs[job.stage] = _compile_job(config, job, images_if)
     permissions = {"contents": "read"}
     if not config.registry:
         permissions["packages"] = "write"  # GITHUB_TOKEN pushes to the repository's GHCR
@@ -223,12 +223,12 @@ def _plan_job(config: CIConfig) -> dict[str, Any]:
 
 def _compile_job(config: CIConfig, job: CompileJob, images_if: str) -> dict[str, Any]:
     """The real compile of a recipe's stage: started when its recipe is among the plan's."""
-    logs = hipblaslt_job.log_dir()
-    env = hipblaslt_job.job_variables(job)
+    logs = compile_job.log_dir()
+    env = compile_job.job_variables(job)
     if config.cache:
         env.update(_registry_env(config))
     return {
-        "name": hipblaslt_job.job_title(job),
+        "name": compile_job.job_title(job),
         "needs": "plan",
         "if": f"{images_if} && contains(fromJSON(needs.plan.outputs.matrix).include.*.recipe, "
               f"'{job.recipe}')",
@@ -237,13 +237,13 @@ def _compile_job(config: CIConfig, job: CompileJob, images_if: str) -> dict[str,
         "env": env,
         "steps": [
             {"name": "The runner has the memory and disk the compile needs",
-             "run": shell_script(*hipblaslt_job.resources_check(config, job))},
+             "run": shell_script(*compile_job.resources_check(config, job))},
             *(_common_steps(config) if config.cache else
               [{"uses": CHECKOUT_ACTION}, _install_step()]),
             {"name": "Lock check", "run": 'imagebuild lock --check --strict "$RECIPE"'},
             {"name": f"Build the {job.stage} stage",
              "run": shell_script(f'mkdir -p "{logs}"',
-                                 *hipblaslt_job.build_lines(config, job))},
+                                 *compile_job.build_lines(config, job))},
             {"name": "Upload the log",
              "if": "always()",
              "uses": UPLOAD_ACTION,

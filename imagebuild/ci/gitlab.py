@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from imagebuild.ci import hipblaslt_job
+from imagebuild.ci import compile_job
 from imagebuild.ci.config import CIConfig, CompileJob
 from imagebuild.ci.image_job import (
     ARTIFACTS_DIR,
@@ -147,27 +147,26 @@ def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig,
 def _compile_job(config: CIConfig, job: CompileJob, item: RecipeInputs,
                  force: dict[str, str]) -> dict[str, Any]:
     """The real compile of a recipe's stage, started when its recipe's image job is."""
-    logs = hipblaslt_job.log_dir()
-    compile_job: dict[str, Any] = {
+    logs = compile_job.log_dir()
+    entry: dict[str, Any] = {
         "extends": ".imagebuild",
         "stage": "build",
         "needs": [{"job": "imagebuild:check", "optional": True}],
     }
     if config.tags_of(job):
-        compile_job["tags"] = list(config.tags_of(job))
-    compile_job["timeout"] = f"{job.hours}h"
-    compile_job["variables"] = hipblaslt_job.job_variables(job)
-    compile_job["script"] = [
+        entry["tags"] = list(config.tags_of(job))
+    entry["timeout"] = f"{job.hours}h"
+    entry["variables"] = compile_job.job_variables(job)
+    entry["script"] = [
         "set -o pipefail",
         *(TRUSTED if config.cache else []),
-        shell_script(*hipblaslt_job.resources_check(config, job)),
+        shell_script(*compile_job.resources_check(config, job)),
         'imagebuild lock --check --strict "$RECIPE"',
         f'mkdir -p "{logs}"',
-        *hipblaslt_job.build_lines(config, job),
+        *compile_job.build_lines(config, job),
     ]
-    compile_job["artifacts"] = {"name": f"imagebuild-$RECIPE-{job.stage}", "when": "always",
-                                "expire_in": f"{config.retention_days} days",
-                                "paths": [f"{logs}/"]}
-    compile_job["rules"] = [force, {"changes": {
+    entry["artifacts"] = {"name": f"imagebuild-$RECIPE-{job.stage}", "when": "always",
+                          "expire_in": f"{config.retention_days} days", "paths": [f"{logs}/"]}
+    entry["rules"] = [force, {"changes": {
         "paths": _gitlab_paths([*item.paths, *config.rebuild_all_on])}}]
-    return compile_job
+    return entry
