@@ -43,7 +43,7 @@ def needs_for_recipe(recipe: Recipe) -> ImageNeeds:
     return replace(
         needs, plugin=True,
         plugin_library=f"{network_plugin.plugin_prefix(plugin.kind)}/lib/librccl-net.so",
-        fabric_needs=(abi_name(abi_of(plugin.libfabric.version)),),
+        fabric_needs=(abi_name(abi_of(network_plugin.built_against(plugin, recipe))),),
         plugin_kind=plugin.kind, plugin_version=release_of(plugin.source.ref), plugin_tuner=())
 
 def needs_from_file(path: Path) -> ImageNeeds:

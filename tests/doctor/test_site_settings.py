@@ -9,6 +9,7 @@ from imagebuild.doctor.image_needs import needs_for_recipe
 from imagebuild.doctor.site_settings import doctor_settings
 from imagebuild.recipe.load import load_recipe
 from imagebuild.recipe.site import load_site
+from tests.components.cxi_stack.test_cxi_stack import STACK
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,3 +28,12 @@ def test_an_image_without_a_plugin_is_checked_without_the_plugin_settings(tmp_pa
     assert with_plugin.env["FI_PROVIDER"] == "cxi"
     # Unknown content (no image named): the profile as written.
     assert doctor_settings(site, {}, tmp_path).env["NCCL_NET"] == "AWS Libfabric"
+
+
+def test_a_plugin_on_the_cxi_stack_needs_what_its_libfabric_defines() -> None:
+    """The doctor's symbol-version need is the libfabric the plugin links: 2.6.0's
+    FABRIC_1.9 on the image's CXI stack, 1.22.0's FABRIC_1.7 otherwise."""
+    recipe = load_recipe("rocm-7.2.4", ROOT)
+    assert needs_for_recipe(recipe).fabric_needs == ("FABRIC_1.7",)
+    assert needs_for_recipe(recipe.with_component("cxi_stack", STACK)).fabric_needs == (
+        "FABRIC_1.9",)

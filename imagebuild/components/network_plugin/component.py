@@ -125,6 +125,14 @@ def _on_cxi_stack(recipe: RecipeData | Recipe) -> bool:
     return bool((recipe.get("cxi_stack") or {}).get("enabled"))
 
 
+def built_against(plugin: NetworkPlugin, recipe: Recipe) -> str:
+    """The libfabric release the plugin links: the CXI stack's where the recipe builds one,
+    else its own section's."""
+    stack = recipe.components.get("cxi_stack")
+    version = getattr(stack, "libfabric_version", None) if _on_cxi_stack(recipe) else None
+    return version or plugin.libfabric.version
+
+
 def read(plugin: SectionData, recipe: RecipeData) -> NetworkPlugin:
     libfabric = plugin.get("libfabric") or {}
     version = libfabric.get("version", "")
