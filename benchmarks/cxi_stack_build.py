@@ -20,7 +20,6 @@ docs/runtimes.md quotes them.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,24 +37,19 @@ from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.select import open_engine
 from imagebuild.images import latest_tag
 from testbed import base_images
+from testbed.cli import run_imagebuild
 from testbed.plugin_recipe import SID_ROCM_7_2_4, cxi_stack_recipe, placeholder_torch
 from testbed.source_mirror import SourceMirror
 from testbed.wheel_index import IndexServer
 
 NAME = "cxi-stack-bench"
 DOCKER = "/usr/bin/docker"
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 _STEP = re.compile(r"^#(\d+) \[([a-z0-9-]+) +(\d+)/(\d+)\] (.*)$")
 _DONE = re.compile(r"^#(\d+) DONE ([0-9.]+)s$")
 
 
 def imagebuild(project: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, IMAGEBUILD_PROJECT=str(project), IMAGEBUILD_BACKEND="docker",
-               IMAGEBUILD_CACHE=str(project / ".cache"))
-    if SITE_CA.is_file():
-        env["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    return subprocess.run([sys.executable, "-m", "imagebuild", *argv], env=env, check=False,
-                          capture_output=True, text=True, timeout=3600)
+    return run_imagebuild(project, *argv, timeout=3600)
 
 
 def step_seconds(log: str) -> list[dict[str, object]]:

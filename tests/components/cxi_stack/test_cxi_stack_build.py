@@ -23,10 +23,8 @@ is what a build can prove; the fabric itself is proven on the cluster.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -36,6 +34,7 @@ import pytest
 from imagebuild.components.cxi_stack import component as cxi_stack
 from imagebuild.images import latest_tag
 from testbed import base_images
+from testbed.cli import run_imagebuild
 from testbed.plugin_recipe import SID_ROCM_7_2_4, cxi_stack_recipe, placeholder_torch
 from testbed.source_mirror import SourceMirror
 from tests.support.indexserver import IndexServer
@@ -43,7 +42,6 @@ from tests.support.indexserver import IndexServer
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 DOCKER = "/usr/bin/docker"
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 NAME = "cxi-stack-724"
 #: What RCCL 7.2.4 looks up and what aws-ofi-nccl v1.21.1 exports (as in the plugin
 #: stage's test on the image's plain libfabric).
@@ -51,12 +49,7 @@ RCCL_LOOKS_UP, PLUGIN_EXPORTS = [10, 9, 8, 7, 6], list(range(12, 5, -1))
 
 
 def imagebuild(project: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, IMAGEBUILD_PROJECT=str(project), IMAGEBUILD_BACKEND="docker",
-               IMAGEBUILD_CACHE=str(project / ".cache"))
-    if SITE_CA.is_file():
-        env["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    return subprocess.run([sys.executable, "-m", "imagebuild", *argv], env=env, check=False,
-                          capture_output=True, text=True, timeout=2400)
+    return run_imagebuild(project, *argv, timeout=2400)
 
 
 def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:

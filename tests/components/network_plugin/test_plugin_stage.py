@@ -72,7 +72,6 @@ actually choosing the plugin at run time, and the hipBLASLt stage.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -87,6 +86,7 @@ from imagebuild.components.rccl_tuner import component as tuner_component
 from imagebuild.images import latest_tag
 from imagebuild.recipe.load import load_recipe
 from testbed import base_images
+from testbed.cli import run_imagebuild
 from testbed.plugin_recipe import (
     REPO_ROOT,
     SID_ROCM_7_2_4,
@@ -102,7 +102,6 @@ from tests.support.scripts import staged
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 DOCKER = "/usr/bin/docker"
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 #: test recipe -> (Debian ROCm, shipped recipe whose plugin it builds, libfabric override,
 #: sites override)
 RECIPES: dict[str, tuple[DebianRocm, str, str | None, tuple[str, ...] | None]] = {
@@ -145,12 +144,7 @@ CHECK_SCRIPT = staged(network_plugin.CHECK, network_plugin.FOLDER / "check.py")
 
 
 def imagebuild(project: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, IMAGEBUILD_PROJECT=str(project), IMAGEBUILD_BACKEND="docker",
-               IMAGEBUILD_CACHE=str(project / ".cache"))
-    if SITE_CA.is_file():
-        env["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    return subprocess.run([sys.executable, "-m", "imagebuild", *argv], env=env, check=False,
-                          capture_output=True, text=True, timeout=1800)
+    return run_imagebuild(project, *argv, timeout=1800)
 
 
 def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,6 @@ Not shown here: RCCL's own sources (hours of hipcc: a job for a big runner) and 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from imagebuild.components.rccl import component as rccl
 from imagebuild.images import latest_tag
 from imagebuild.render.layout import SCRIPTS as SCRIPTS_DIR
 from testbed import base_images
+from testbed.cli import run_imagebuild
 from testbed.plugin_recipe import SID_ROCM_7_2_4, placeholder_torch, plugin_recipe
 from testbed.rccl_source import (
     STANDIN_REF,
@@ -50,19 +50,13 @@ import buildtime  # the build-time scripts' shared reader
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 DOCKER = "/usr/bin/docker"
-SITE_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 NAME = "rccl-pinned-724"
 #: librccl1 7.2.4's ncclGetVersion (RCCL 2.27.7).
 BASE_VERSION_CODE = 22707
 
 
 def imagebuild(project: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, IMAGEBUILD_PROJECT=str(project), IMAGEBUILD_BACKEND="docker",
-               IMAGEBUILD_CACHE=str(project / ".cache"))
-    if SITE_CA.is_file():
-        env["IMAGEBUILD_SITE_CA"] = str(SITE_CA)
-    return subprocess.run([sys.executable, "-m", "imagebuild", *argv], env=env, check=False,
-                          capture_output=True, text=True, timeout=2400)
+    return run_imagebuild(project, *argv, timeout=2400)
 
 
 def run(image: str, *argv: str) -> subprocess.CompletedProcess[str]:
