@@ -12,8 +12,6 @@ from __future__ import annotations
 from imagebuild.ci.config import CIConfig, CompileJob
 from imagebuild.ci.image_job import ARTIFACTS_DIR, cache_lines, login
 
-#: The Dockerfile stage hipBLASLt's job builds (imagebuild/components/hipblaslt/stage.j2).
-STAGE = "hipblaslt"
 #: What each compile job is called for people.
 TITLES = {"hipblaslt": "hipBLASLt", "rccl": "RCCL"}
 
@@ -32,10 +30,8 @@ def job_variables(job: CompileJob) -> dict[str, str]:
             f"{_prefix(job)}_DISK_GB": str(job.disk_gb)}
 
 
-def resources_check(config: CIConfig, job: CompileJob | None = None) -> list[str]:
+def resources_check(config: CIConfig, job: CompileJob) -> list[str]:
     """Shell lines: fail on a runner below the job's memory or the engine's free disk."""
-    job = job or config.hipblaslt_job
-    assert job is not None
     prefix = _prefix(job)
     root = ("docker info --format '{{.DockerRootDir}}'" if config.site.backend == "docker"
             else "podman info --format '{{.Store.GraphRoot}}'")
@@ -59,11 +55,11 @@ def log_dir() -> str:
     return f"{ARTIFACTS_DIR}/$RECIPE"
 
 
-def build_lines(config: CIConfig, job: CompileJob | None = None) -> list[str]:
+def build_lines(config: CIConfig, job: CompileJob) -> list[str]:
     """The stage build; the recipe comes from $RECIPE, the log goes beside the image jobs'.
     With the registry cache, the stage's entry is what the image jobs of every recipe with
     the same stage import."""
-    stage = job.stage if job else STAGE
+    stage = job.stage
     parts = [f'imagebuild build "$RECIPE" --stage {stage}', f"--backend {config.site.backend}"]
     if config.site.ca_certificate:
         parts.append(f"--site-ca {config.site.ca_certificate}")

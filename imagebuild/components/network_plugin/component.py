@@ -241,7 +241,7 @@ def plan(context: PlanContext) -> ComponentPlan:
         # RCCL dlopens NCCL_NET_PLUGIN's value as given before any default name (src/net.cc,
         # openNetPluginLib): the absolute path loads exactly this plugin.
         env=(EnvVar("NCCL_NET_PLUGIN", values.library),),
-        manifest=_manifest(values, plugin, recipe.sites, locked, archive, own is not None),
+        manifest=_manifest(values, plugin, recipe.sites, locked, archive),
         sources=sources,
         sizes=((values.prefix, "network plugin + libfabric"),) + (
             () if own else ((LIBFABRIC_PREFIX, "network plugin + libfabric"),)),
@@ -267,11 +267,10 @@ def _refuse_below_floor(recipe: Recipe, plugin: NetPlugin, sites: tuple[SiteProf
 
 
 def _manifest(values: PluginPlan, plugin: NetworkPlugin, sites: tuple[str, ...],
-              locked: LockedGit | None, archive: LockedArchive | None,
-              on_image_stack: bool) -> dict[str, Any]:
+              locked: LockedGit | None, archive: LockedArchive | None) -> dict[str, Any]:
     """Its source and where it is; "elf" (what the plugin stage read from the ELF) is filled
     in by the final stage."""
-    if locked is None or (archive is None and not on_image_stack):
+    if locked is None or (archive is None and values.libfabric_stage is None):
         return {"enabled": True}
     target = values.libfabric_target
     libfabric: dict[str, Any] = (
