@@ -113,15 +113,14 @@ def gitlab_pipeline(inputs: Sequence[RecipeInputs], config: CIConfig,
                             trusted=False)
         promote["resource_group"] = "imagebuild-promote"  # a registry cannot compare-and-set
         pipeline[".imagebuild:promote"] = promote
-    # recipe -> the compile jobs whose stage it shares (it imports what they exported)
-    waiting = {name: [job.stage for job in config.compile_jobs() if name in stage_recipes.get(
-        job.stage, ())] for name in (item.name for item in inputs)} if config.cache else {}
     for item in inputs:
         rules = [force, {"changes": {"paths": _gitlab_paths([*item.paths,
                                                               *config.rebuild_all_on])}}]
         needs: list[dict[str, Any]] = [{"job": "imagebuild:check", "optional": True}]
-        for stage in waiting.get(item.name, ()):
-            needs.append({"job": f"imagebuild:{stage}", "optional": True})
+        # with the cache, the compile jobs whose stage it shares: it imports what they exported
+        needs += [{"job": f"imagebuild:{job.stage}", "optional": True}
+                  for job in config.compile_jobs()
+                  if config.cache and item.name in stage_recipes.get(job.stage, ())]
         # the matrix's axes, as GitHub's carries them: the ROCm version and the Python
         axes = {"RECIPE": item.name, "ROCM": item.rocm or "cpu", "PYTHON": item.python}
         pipeline[f"imagebuild:build:{item.name}"] = {
