@@ -113,12 +113,6 @@ class SiteProfile:
     #: Sarus Suite's devices at the site; None: the site has no Sarus Suite.
     sarus_suite: SarusSuite | None = None
 
-    @property
-    def on_image_libfabric(self) -> bool:
-        """Jobs run on the image's own libfabric (libfabric.provided_by: image): the site's
-        runtime leaves it in place, so it must carry the site's network provider."""
-        return self.libfabric is not None and self.libfabric.provided_by == "image"
-
 
 # --- loading ----------------------------------------------------------------------------------
 

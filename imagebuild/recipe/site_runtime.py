@@ -163,8 +163,9 @@ def network_fit(site: SiteProfile, network: ImageNetwork | None,
             "libibverbs1 and ibverbs-providers): RCCL would find no HCA",
             hint="add ibverbs-providers (and libibverbs1) to the recipe's os_packages, or "
                  "use another site profile")
+    own_stack = site.libfabric is not None and site.libfabric.provided_by == "image"
     provider = site.network.provider
-    if site.on_image_libfabric and provider and network.plugin is not None \
+    if own_stack and provider and network.plugin is not None \
             and provider not in network.plugin.providers:
         raise RenderError(
             f"site {site.name} ({site.source}) runs RCCL's plugin on the image's own libfabric "

@@ -40,9 +40,9 @@ def sarus_devices(site: SiteProfile, network: ImageNetwork | None) -> tuple[str,
     if sarus is None:
         raise SquashError(f"{site.source}: no sarus_suite section: the site has no Sarus "
                           "Suite devices to name (write the Container Engine's EDF instead)")
-    # A site that runs on the image's own libfabric keeps it.
-    keep_libfabric = (network is None or network.plugin is not None) \
-        and not site.on_image_libfabric
+    # A site that runs on the image's own libfabric (libfabric.provided_by: image) keeps it.
+    own_stack = site.libfabric is not None and site.libfabric.provided_by == "image"
+    keep_libfabric = (network is None or network.plugin is not None) and not own_stack
     return sarus.devices + (sarus.libfabric_devices if keep_libfabric else ())
 
 

@@ -77,7 +77,7 @@ def libfabric_target(where: str, build: str, sites: Sequence[SiteProfile],
         policy = site.libfabric
         if policy is None:
             continue
-        if site.on_image_libfabric:
+        if policy.provided_by == "image":
             wanted = site.network.provider
             if wanted and wanted not in providers:
                 raise RenderError(
